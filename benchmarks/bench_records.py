@@ -1,0 +1,100 @@
+"""Record-layer throughput: reading with CRC checks, and index building.
+
+Generates 8 shards x 20,000 records of ~4 KB and 8 x 20,000 of ~50 bytes (random payload
+sizes around those means), then times each operation several times and prints medians.
+
+    python benchmarks/bench_records.py [--dir DIR] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import torch_tfrecord as tt
+from torch_tfrecord.index import decode_index, encode_index
+
+SHARDS = 8
+RECORDS_PER_SHARD = 20_000
+
+
+def make_dataset(directory: str, name: str, mean_size: int, seed: int) -> list[str]:
+    pattern = os.path.join(directory, f"{name}-*.tfrecord")
+    existing = sorted(glob.glob(pattern))
+    if len(existing) == SHARDS:
+        return existing
+    rng = np.random.default_rng(seed)
+    blob = rng.bytes(mean_size * 4)
+    with tt.ShardedWriter(os.path.join(directory, name), max_records=RECORDS_PER_SHARD) as writer:
+        sizes = rng.integers(mean_size // 2, mean_size * 3 // 2, SHARDS * RECORDS_PER_SHARD)
+        starts = rng.integers(0, mean_size * 2, len(sizes))
+        for start, size in zip(starts.tolist(), sizes.tolist()):
+            writer.write(blob[start : start + size])
+    return writer.shard_paths
+
+
+def timed(function: Callable[[], tuple[int, int]], repeats: int) -> tuple[float, int, int]:
+    seconds = []
+    records = payload = 0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        records, payload = function()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds), records, payload
+
+
+def read_all(paths: list[str], verify_crc: bool) -> tuple[int, int]:
+    records = payload = 0
+    for path in paths:
+        for data in tt.read_records(path, verify_crc=verify_crc):
+            records += 1
+            payload += len(data)
+    return records, payload
+
+
+def index_all(paths: list[str]) -> tuple[int, int]:
+    records = 0
+    for path in paths:
+        records += len(tt.build_index(path))
+    return records, sum(os.path.getsize(p) for p in paths)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir", help="where to keep the generated data (default: a temp dir)")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
+    os.makedirs(directory, exist_ok=True)
+    datasets = {
+        "4KB": make_dataset(directory, "large", 4096, 1),
+        "50B": make_dataset(directory, "small", 50, 2),
+    }
+    rows = []
+    for name, paths in datasets.items():
+        file_bytes = sum(os.path.getsize(p) for p in paths)
+        for label, function in [
+            ("read, CRC checked", lambda paths=paths: read_all(paths, True)),
+            ("read, no CRC", lambda paths=paths: read_all(paths, False)),
+            ("build index (headers)", lambda paths=paths: index_all(paths)),
+        ]:
+            seconds, records, _ = timed(function, args.repeats)
+            rows.append((name, label, records, seconds, records / seconds, file_bytes / seconds / 1e6))
+        text = encode_index(tt.build_index(paths[0]))
+        big = text * 62  # ~10 million lines (offsets repeat; parsing cost is what counts)
+        seconds, lines, _ = timed(lambda big=big: (len(decode_index(big)), 0), args.repeats)
+        rows.append((name, "parse index text", lines, seconds, lines / seconds, len(big) / seconds / 1e6))
+    print(f"{'data':5} {'operation':24} {'records':>10} {'median s':>9} {'records/s':>12} {'MB/s':>8}")
+    for name, label, records, seconds, rate, mbps in rows:
+        print(f"{name:5} {label:24} {records:>10} {seconds:>9.3f} {rate:>12,.0f} {mbps:>8,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+"""Building index files for many TFRecord shards in parallel processes, atomically."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Literal
+
+from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
+from torch_tfrecord.index import build_index, default_index_path, load_index, save_index
+from torch_tfrecord.io import PathLike, file_size
+
+__all__ = ["BuildResult", "IndexCheck", "build_indexes", "index_path_for", "index_status"]
+
+Status = Literal["built", "fresh", "failed"]
+IndexState = Literal["fresh", "missing", "stale", "unreadable"]
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """What happened to one data file.
+
+    Attributes:
+        path: the data file.
+        index_path: its index file.
+        status: ``"built"``, ``"fresh"`` (an up-to-date index was kept) or ``"failed"``.
+        records: records in the file (0 when failed).
+        bytes: size of the data file.
+        seconds: time spent on this file.
+        error: the error message, for a failed file.
+    """
+
+    path: str
+    index_path: str
+    status: Status
+    records: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def index_path_for(path: PathLike, out_dir: PathLike | None = None) -> str:
+    """Where the index of ``path`` goes: beside it, or in ``out_dir`` under the same base name."""
+    if out_dir is None:
+        return default_index_path(path)
+    return os.path.join(os.fspath(out_dir), os.path.basename(os.fspath(path)) + ".idx")
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexCheck:
+    """Whether an index file is a fresh index of its data file.
+
+    Attributes:
+        state: ``"fresh"``, ``"missing"``, ``"stale"`` or ``"unreadable"``.
+        detail: why, in words.
+        records: records the index lists (0 unless fresh).
+    """
+
+    state: IndexState
+    detail: str
+    records: int = 0
+
+
+def index_status(path: PathLike, index_path: PathLike) -> IndexCheck:
+    """Checks ``index_path`` against the data file ``path``."""
+    if not os.path.exists(index_path):
+        return IndexCheck("missing", f"no index at {os.fspath(index_path)!r}")
+    try:
+        table = load_index(index_path, data_path=path)
+    except StaleIndexError as error:
+        return IndexCheck("stale", str(error))
+    except (IndexFormatError, OSError) as error:
+        return IndexCheck("unreadable", str(error))
+    return IndexCheck("fresh", f"{len(table)} records", len(table))
+
+
+def _build_one(path: str, index_path: str, force: bool, verify_crc: bool) -> BuildResult:
+    start = time.perf_counter()
+    try:
+        size = file_size(path)
+        if not force:
+            check = index_status(path, index_path)
+            if check.state == "fresh":
+                seconds = time.perf_counter() - start
+                return BuildResult(path, index_path, "fresh", check.records, size, seconds)
+        table = build_index(path, verify_crc=verify_crc)
+        save_index(table, index_path)
+    except (TFRecordError, OSError) as error:
+        return BuildResult(path, index_path, "failed", 0, 0, time.perf_counter() - start, str(error))
+    return BuildResult(path, index_path, "built", len(table), size, time.perf_counter() - start)
+
+
+def build_indexes(
+    paths: Sequence[PathLike],
+    *,
+    jobs: int | None = None,
+    force: bool = False,
+    verify_crc: bool = False,
+    out_dir: PathLike | None = None,
+    on_result: Callable[[BuildResult], None] | None = None,
+) -> list[BuildResult]:
+    """Builds the index of every file, in parallel processes.
+
+    A file that fails is reported in its result; the others still finish.
+
+    Args:
+        paths: uncompressed TFRecord files.
+        jobs: worker processes (default: the number of CPUs; 1 runs in this process).
+        force: rebuild indexes that are already fresh.
+        verify_crc: also check every payload CRC while building.
+        out_dir: write indexes there instead of beside the data.
+        on_result: called with each result as it completes (e.g. to advance a progress bar).
+
+    Returns:
+        One result per path, in the order of ``paths``.
+
+    Raises:
+        ValueError: two files would get the same index path in ``out_dir``.
+    """
+    names = [os.fspath(p) for p in paths]
+    index_paths = [index_path_for(p, out_dir) for p in names]
+    seen: dict[str, str] = {}
+    for name, index_path in zip(names, index_paths):
+        if index_path in seen and seen[index_path] != name:
+            raise ValueError(f"{seen[index_path]!r} and {name!r} would both write {index_path!r}")
+        seen[index_path] = name
+    if out_dir is not None:
+        os.makedirs(out_dir, exist_ok=True)
+    jobs = min(jobs or os.cpu_count() or 1, max(len(names), 1))
+    results: dict[int, BuildResult] = {}
+    if jobs <= 1:
+        for i, (name, index_path) in enumerate(zip(names, index_paths)):
+            results[i] = _build_one(name, index_path, force, verify_crc)
+            if on_result is not None:
+                on_result(results[i])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = {
+                pool.submit(_build_one, name, index_path, force, verify_crc): i
+                for i, (name, index_path) in enumerate(zip(names, index_paths))
+            }
+            for future in as_completed(futures):
+                i = futures[future]
+                results[i] = future.result()
+                if on_result is not None:
+                    on_result(results[i])
+    return [results[i] for i in range(len(names))]

@@ -1,0 +1,158 @@
+"""`tfrecord-index`: build, check and summarise TFRecord index files.
+
+    tfrecord-index build data/train-*.tfrecord --jobs 8
+    tfrecord-index check data/
+    tfrecord-index stats data/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from torch_tfrecord.errors import TFRecordError
+from torch_tfrecord.index import load_index
+from torch_tfrecord.io import expand_sources
+
+from .build import BuildResult, build_indexes, index_path_for, index_status
+
+__all__ = ["main"]
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr when tqdm is installed and wanted, else None."""
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="file", file=sys.stderr, dynamic_ncols=True)
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    paths = expand_sources(args.paths)
+    bar = _progress(len(paths), not args.quiet and sys.stderr.isatty())
+    start = time.perf_counter()
+
+    def on_result(result: BuildResult) -> None:
+        if bar is not None:
+            bar.update(1)
+        if result.status == "failed":
+            message = f"FAILED {result.path}: {result.error}"
+            if bar is not None:
+                bar.write(message, file=sys.stderr)
+            else:
+                print(message, file=sys.stderr)
+
+    try:
+        results = build_indexes(
+            paths,
+            jobs=args.jobs,
+            force=args.force,
+            verify_crc=args.verify_crc,
+            out_dir=args.out_dir,
+            on_result=on_result,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    built = [r for r in results if r.status == "built"]
+    fresh = [r for r in results if r.status == "fresh"]
+    failed = [r for r in results if r.status == "failed"]
+    records = sum(r.records for r in built)
+    size = sum(r.bytes for r in built)
+    print(
+        f"{len(results)} files: {len(built)} indexed, {len(fresh)} already fresh, {len(failed)} failed; "
+        f"{records:,} records, {size / 1e6:,.1f} MB indexed in {seconds:.2f} s "
+        f"({records / seconds if seconds else 0:,.0f} records/s)"
+    )
+    return 1 if failed else 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in expand_sources(args.paths):
+        check = index_status(path, index_path_for(path, args.index_dir))
+        if check.state != "fresh":
+            bad += 1
+        if check.state != "fresh" or not args.quiet:
+            print(f"{check.state.upper():10} {path}: {check.detail}")
+    print(f"{bad} of the indexes are missing, stale or unreadable" if bad else "all indexes are fresh")
+    return 1 if bad else 0
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    print(f"{'records':>12} {'bytes':>14} {'min':>9} {'mean':>11} {'max':>11}  file")
+    totals: list[np.ndarray[Any, Any]] = []
+    failed = 0
+    for path in expand_sources(args.paths):
+        try:
+            table = load_index(index_path_for(path, args.index_dir), data_path=path)
+        except (TFRecordError, OSError) as error:
+            print(f"{'-':>12} {'-':>14} {'-':>9} {'-':>11} {'-':>11}  {path}: {error}")
+            failed += 1
+            continue
+        payload = table[:, 1] - 16
+        totals.append(payload)
+        print(_stats_row(payload, int(table[:, 1].sum()), path))
+    if totals:
+        payload = np.concatenate(totals)
+        print(_stats_row(payload, int(payload.sum() + 16 * len(payload)), "TOTAL"))
+    return 1 if failed else 0
+
+
+def _stats_row(payload: np.ndarray[Any, Any], framed_bytes: int, label: str) -> str:
+    if len(payload) == 0:
+        return f"{0:>12,} {framed_bytes:>14,} {'-':>9} {'-':>11} {'-':>11}  {label}"
+    return (
+        f"{len(payload):>12,} {framed_bytes:>14,} {int(payload.min()):>9,} "
+        f"{float(payload.mean()):>11,.1f} {int(payload.max()):>11,}  {label}"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfrecord-index",
+        description="Build and check index files (`<offset> <framed_size>` per record, the format "
+        "of DALI's tfrecord2idx and the tfrecord package) for TFRecord files.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    build = commands.add_parser("build", help="index files (paths, globs or directories)")
+    build.add_argument("paths", nargs="+", help="data files, globs or directories")
+    build.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPUs)")
+    build.add_argument("--force", action="store_true", help="rebuild indexes that are already fresh")
+    build.add_argument("--verify-crc", action="store_true", help="also check every payload's CRC")
+    build.add_argument("--out-dir", help="write indexes here instead of beside the data")
+    build.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    build.set_defaults(run=_cmd_build)
+
+    check = commands.add_parser("check", help="report missing or stale indexes (exit 1 if any)")
+    check.add_argument("paths", nargs="+")
+    check.add_argument("--index-dir", help="look for indexes here instead of beside the data")
+    check.add_argument("--quiet", "-q", action="store_true", help="list only the bad ones")
+    check.set_defaults(run=_cmd_check)
+
+    stats = commands.add_parser("stats", help="records and payload sizes, from the indexes")
+    stats.add_argument("paths", nargs="+")
+    stats.add_argument("--index-dir", help="look for indexes here instead of beside the data")
+    stats.set_defaults(run=_cmd_stats)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except (TFRecordError, ValueError) as error:
+        print(f"tfrecord-index: error: {error}", file=sys.stderr)
+        return 2
+    return status

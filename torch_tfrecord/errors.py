@@ -1,0 +1,61 @@
+"""Exceptions raised by torch_tfrecord.
+
+Every error is a :class:`TFRecordError` and also subclasses the matching builtin, so callers can
+catch either. Messages say where the problem is: the file, the byte offset and the record number.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CompressedIndexError",
+    "CorruptRecordError",
+    "IndexFormatError",
+    "SourceNotFoundError",
+    "StaleIndexError",
+    "TFRecordError",
+    "TruncatedRecordError",
+]
+
+
+class TFRecordError(Exception):
+    """Base class of every error raised by torch_tfrecord."""
+
+
+class CorruptRecordError(TFRecordError, ValueError):
+    """A record's framing is damaged: a CRC mismatch or an impossible length field.
+
+    Attributes:
+        path: the file that holds the record.
+        offset: byte offset of the record's header (in the uncompressed stream).
+        record: number of the record in the file, counting from 0.
+    """
+
+    def __init__(self, message: str, *, path: str, offset: int, record: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.record = record
+
+
+class TruncatedRecordError(CorruptRecordError, EOFError):
+    """The file ends inside a record (header, payload or footer).
+
+    TensorFlow reads a partial trailing header as the end of the file; we do not, because
+    that silently drops the half-written record.
+    """
+
+
+class StaleIndexError(TFRecordError, ValueError):
+    """An index file does not describe its data file (appended, rewritten or another file)."""
+
+
+class IndexFormatError(TFRecordError, ValueError):
+    """An index file is not in the `<offset> <framed_size>` text format."""
+
+
+class CompressedIndexError(TFRecordError, ValueError):
+    """An offset index was asked for a compressed file, whose byte offsets cannot be seeked to."""
+
+
+class SourceNotFoundError(TFRecordError, FileNotFoundError):
+    """A path, glob or directory given as a source names no file."""

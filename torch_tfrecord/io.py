@@ -1,0 +1,216 @@
+"""Opening TFRecord files: paths, compression detection and decompressing streams.
+
+Everything that touches a file handle starts here, so other storage (fsspec URLs) plugs in at
+one place. Compressed files are read as streams: GZIP and ZLIB wrap the whole file, framing
+included, so their byte offsets are offsets into the decompressed stream.
+"""
+
+from __future__ import annotations
+
+import glob
+import io
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import BinaryIO, Literal
+
+from .errors import SourceNotFoundError
+from .framing import header_is_valid
+
+__all__ = [
+    "Compression",
+    "PathLike",
+    "detect_compression",
+    "expand_sources",
+    "file_size",
+    "open_records_stream",
+    "resolve_compression",
+]
+
+PathLike = str | os.PathLike[str]
+Compression = Literal["gzip", "zlib"] | None
+CompressionArg = Literal["auto", "gzip", "zlib"] | None
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_SUFFIXES: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zz": "zlib", ".zlib": "zlib"}
+_WBITS: dict[str, int] = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+_READ_CHUNK = 1 << 20
+
+
+def _zlib_header_is_valid(head: bytes) -> bool:
+    # RFC 1950: CM=8 (deflate), CINFO<=7, and the 16-bit header is a multiple of 31.
+    return (
+        len(head) >= 2
+        and head[0] & 0x0F == 8
+        and head[0] >> 4 <= 7
+        and (head[0] << 8 | head[1]) % 31 == 0
+    )
+
+
+def detect_compression(head: bytes, path: PathLike = "") -> Compression:
+    """Guesses how a file is compressed from its first bytes, then from its name.
+
+    A valid TFRecord header (length plus matching CRC) wins over any magic number, because a
+    plain file whose first record is 35,615 bytes long starts with the GZIP magic bytes.
+
+    Args:
+        head: the first 12 or more bytes of the file (fewer for a shorter file).
+        path: the file name, used only when the bytes decide nothing.
+
+    Returns:
+        ``"gzip"``, ``"zlib"`` or ``None`` for an uncompressed file.
+    """
+    if not head or header_is_valid(head):
+        return None
+    if head[:2] == _GZIP_MAGIC:
+        return "gzip"
+    if _zlib_header_is_valid(head):
+        return "zlib"
+    return _SUFFIXES.get(os.path.splitext(os.fspath(path))[1].lower())
+
+
+def resolve_compression(compression: CompressionArg, path: PathLike) -> Compression:
+    """Turns a ``compression=`` argument into the compression of the file at ``path``.
+
+    Raises:
+        ValueError: for an unknown compression name.
+    """
+    if compression is None or compression in ("gzip", "zlib"):
+        return compression  # type: ignore[return-value]
+    if compression != "auto":
+        raise ValueError(f"{compression=} must be 'auto', 'gzip', 'zlib' or None")
+    with open(path, "rb") as f:
+        head = f.read(16)
+    return detect_compression(head, path)
+
+
+def _is_data_file(name: str) -> bool:
+    base = os.path.basename(name)
+    return not base.startswith(".") and not base.endswith(".idx")
+
+
+def expand_sources(sources: PathLike | Iterable[PathLike]) -> list[str]:
+    """Turns paths, globs and directories into a sorted list of data files.
+
+    A directory stands for the files directly in it; a glob (``*``, ``?``, ``[``, ``**``)
+    for the files it matches. Index files (``.idx``) and hidden files are left out of both.
+
+    Args:
+        sources: one source or several.
+
+    Returns:
+        The files, sorted and without duplicates, so every process sees the same list.
+
+    Raises:
+        SourceNotFoundError: a source names no file.
+    """
+    items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
+    found: set[str] = set()
+    for item in items:
+        name = os.fspath(item)
+        if os.path.isdir(name):
+            matches = [
+                os.path.join(name, entry)
+                for entry in os.listdir(name)
+                if _is_data_file(entry) and os.path.isfile(os.path.join(name, entry))
+            ]
+            what = "directory holds no data file"
+        elif glob.has_magic(name):
+            matches = [m for m in glob.glob(name, recursive=True) if _is_data_file(m) and os.path.isfile(m)]
+            what = "glob matches no data file"
+        elif os.path.isfile(name):
+            matches = [name]
+            what = ""
+        else:
+            raise SourceNotFoundError(f"no such file or directory: {name!r}")
+        if not matches:
+            raise SourceNotFoundError(f"{what}: {name!r}")
+        found.update(matches)
+    return sorted(found)
+
+
+def file_size(path: PathLike) -> int:
+    """Size of the file at ``path`` in bytes."""
+    return os.stat(path).st_size
+
+
+class _DecompressingReader(io.RawIOBase):
+    """A readable stream of the decompressed bytes of a GZIP or ZLIB file.
+
+    Output per call is bounded by the caller's buffer, so a compression bomb never makes us
+    hold more than one chunk. Concatenated GZIP members are read as one stream, as TensorFlow
+    and gzip(1) do. A stream that ends before its end marker raises EOFError; damaged data
+    raises zlib.error. The caller turns both into errors that name the file and offset.
+    """
+
+    def __init__(self, raw: BinaryIO, compression: str) -> None:
+        super().__init__()
+        self._raw = raw
+        self._wbits = _WBITS[compression]
+        self._decompressor = zlib.decompressobj(self._wbits)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        view = memoryview(buffer).cast("B")
+        while len(view):
+            if self._decompressor.eof:
+                rest = self._next_member_input()
+                if not rest:
+                    return 0
+                if self._wbits == _WBITS["zlib"]:
+                    raise zlib.error("unexpected data after the end of the ZLIB stream")
+                self._decompressor = zlib.decompressobj(self._wbits)
+                self._pending = rest
+            if not self._pending:
+                self._pending = self._raw.read(_READ_CHUNK)
+                if not self._pending:
+                    raise EOFError("compressed stream ended before its end marker")
+            out = self._decompressor.decompress(self._pending, len(view))
+            self._pending = self._decompressor.unconsumed_tail
+            if out:
+                view[: len(out)] = out
+                return len(out)
+        return 0
+
+    def _next_member_input(self) -> bytes:
+        """Input after a finished member, without the NUL padding some writers append."""
+        rest = self._decompressor.unused_data.lstrip(b"\x00")
+        while not rest:
+            more = self._raw.read(_READ_CHUNK)
+            if not more:
+                return b""
+            rest = more.lstrip(b"\x00")
+        return rest
+
+    def close(self) -> None:
+        try:
+            self._raw.close()
+        finally:
+            super().close()
+
+
+@contextmanager
+def open_records_stream(path: PathLike, compression: Compression) -> Iterator[BinaryIO]:
+    """Opens ``path`` for reading its (decompressed) record stream.
+
+    Args:
+        path: a local file path.
+        compression: as returned by :func:`resolve_compression`.
+
+    Yields:
+        A binary stream positioned at the start of the (uncompressed) records.
+    """
+    raw = open(path, "rb", buffering=0)
+    stream: BinaryIO
+    if compression is None:
+        stream = raw
+    else:
+        stream = _DecompressingReader(raw, compression)  # type: ignore[assignment]
+    try:
+        yield stream
+    finally:
+        stream.close()

@@ -1,0 +1,311 @@
+"""Writing TFRecord files: one file (RecordWriter) or numbered shards (ShardedWriter).
+
+Files are written under a temporary name and renamed into place on close, so a crash never
+leaves a half-written file under the final name. Uncompressed files get their index
+(``<path>.idx``) at close, computed while writing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import zlib
+from array import array
+from types import TracebackType
+from typing import BinaryIO, Literal
+
+from ._atomic import remove_quietly, temporary_path
+from .framing import FRAME_OVERHEAD, encode_record
+from .index import default_index_path, index_from_sizes, save_index
+from .io import PathLike
+
+__all__ = ["RecordWriter", "ShardedWriter"]
+
+logger = logging.getLogger(__name__)
+
+WriteCompression = Literal["gzip", "zlib"] | None
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
+_BUFFER_SIZE = 1 << 20
+
+
+class _CompressingSink:
+    """A write-only stream that GZIP- or ZLIB-compresses into ``raw``.
+
+    The GZIP header carries no file name and mtime 0, so the same records give the same bytes.
+    """
+
+    def __init__(self, raw: BinaryIO, compression: str, level: int) -> None:
+        self._raw = raw
+        self._compressor = zlib.compressobj(level, zlib.DEFLATED, _WBITS[compression])
+
+    def write(self, data: bytes) -> None:
+        self._raw.write(self._compressor.compress(data))
+
+    def flush(self) -> None:
+        self._raw.write(self._compressor.flush(zlib.Z_SYNC_FLUSH))
+        self._raw.flush()
+
+    def close(self) -> None:
+        try:
+            self._raw.write(self._compressor.flush(zlib.Z_FINISH))
+        finally:
+            self._raw.close()
+
+
+class RecordWriter:
+    """Writes records to one TFRecord file, atomically.
+
+    Args:
+        path: the final file name. Nothing appears under it until :meth:`close`.
+        compression: None, ``"gzip"`` or ``"zlib"``.
+        write_index: write ``<path>.idx`` at close (uncompressed files only; an index cannot
+            point into a compressed stream). Without it, an index left from an older file
+            under that name is removed, since it would describe other bytes.
+        compression_level: zlib level 0-9 for compressed files.
+
+    Example:
+        >>> with RecordWriter("train.tfrecord") as writer:  # doctest: +SKIP
+        ...     writer.write(b"payload")
+    """
+
+    def __init__(
+        self,
+        path: PathLike,
+        *,
+        compression: WriteCompression = None,
+        write_index: bool = True,
+        compression_level: int = 6,
+    ) -> None:
+        if compression not in (None, "gzip", "zlib"):
+            raise ValueError(f"{compression=} must be None, 'gzip' or 'zlib'")
+        if not 0 <= compression_level <= 9:
+            raise ValueError(f"{compression_level=} must be in [0, 9]")
+        self.path = os.fspath(path)
+        self.compression = compression
+        self._write_index = write_index and compression is None
+        self._temporary = temporary_path(self.path)
+        raw = open(self._temporary, "wb", buffering=_BUFFER_SIZE)  # noqa: SIM115 (closed in close)
+        self._sink: BinaryIO | _CompressingSink = (
+            raw if compression is None else _CompressingSink(raw, compression, compression_level)
+        )
+        self._framed_sizes = array("q")
+        self._records = 0
+        self._bytes = 0
+        self._state: Literal["open", "finished", "closed"] = "open"
+
+    @property
+    def records_written(self) -> int:
+        """Records written so far."""
+        return self._records
+
+    @property
+    def bytes_written(self) -> int:
+        """Uncompressed bytes written so far, framing included."""
+        return self._bytes
+
+    def write(self, payload: bytes | bytearray | memoryview) -> None:
+        """Appends one record.
+
+        Args:
+            payload: the record's data, e.g. a serialized Example.
+        """
+        if self._state != "open":
+            raise ValueError(f"write to a closed RecordWriter for {self.path!r}")
+        self._sink.write(encode_record(payload))
+        framed = len(payload) + FRAME_OVERHEAD
+        self._framed_sizes.append(framed)
+        self._records += 1
+        self._bytes += framed
+
+    def flush(self) -> None:
+        """Pushes buffered bytes to the temporary file (it keeps its temporary name)."""
+        if self._state == "open":
+            self._sink.flush()
+
+    def close(self) -> None:
+        """Finishes the file and renames it (and its index) into place. Idempotent."""
+        if self._state == "closed":
+            return
+        self._finish()
+        self._publish(self.path)
+
+    def abort(self) -> None:
+        """Discards everything written: the temporary file is removed, ``path`` is untouched."""
+        if self._state == "closed":
+            return
+        try:
+            if self._state == "open":
+                self._sink.close()
+        finally:
+            self._state = "closed"
+            remove_quietly(self._temporary)
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def _finish(self) -> None:
+        """Closes the temporary file, which stays under its temporary name."""
+        if self._state == "open":
+            try:
+                self._sink.close()
+            except BaseException:
+                self.abort()
+                raise
+            self._state = "finished"
+
+    def _publish(self, path: str) -> None:
+        """Renames the finished temporary file to ``path`` and writes or removes its index."""
+        try:
+            os.replace(self._temporary, path)
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "closed"
+        index_path = default_index_path(path)
+        if self._write_index:
+            save_index(index_from_sizes(self._framed_sizes), index_path)
+        elif os.path.exists(index_path):
+            logger.info("removing %s: it described the file %s replaced", index_path, path)
+            remove_quietly(index_path)
+
+
+class ShardedWriter:
+    """Writes records across numbered shards, rolling over by record count or size.
+
+    Shards are named ``{prefix}-00000-of-00012{suffix}``; the total is known only at
+    :meth:`close`, so every shard stays under a temporary name until then, and a crash leaves
+    nothing under a final name. Each uncompressed shard gets its index.
+
+    Args:
+        prefix: path prefix of the shards, e.g. ``"out/train"``.
+        max_records: start a new shard once a shard holds this many records.
+        max_bytes: start a new shard before a record would take a shard past this many
+            (uncompressed, framed) bytes; a single larger record gets a shard of its own.
+        suffix: file name ending; default ``.tfrecord``, plus ``.gz`` / ``.zz`` when compressed.
+        compression: None, ``"gzip"`` or ``"zlib"``.
+        write_index: write ``.idx`` beside each uncompressed shard.
+
+    Example:
+        >>> with ShardedWriter("out/train", max_records=10_000) as writer:  # doctest: +SKIP
+        ...     for payload in payloads:
+        ...         writer.write(payload)
+        >>> writer.shard_paths  # doctest: +SKIP
+        ['out/train-00000-of-00002.tfrecord', 'out/train-00001-of-00002.tfrecord']
+    """
+
+    def __init__(
+        self,
+        prefix: PathLike,
+        *,
+        max_records: int | None = None,
+        max_bytes: int | None = None,
+        suffix: str | None = None,
+        compression: WriteCompression = None,
+        write_index: bool = True,
+    ) -> None:
+        if max_records is None and max_bytes is None:
+            raise ValueError("give max_records, max_bytes or both")
+        if max_records is not None and max_records < 1:
+            raise ValueError(f"{max_records=} must be positive")
+        if max_bytes is not None and max_bytes < FRAME_OVERHEAD:
+            raise ValueError(f"{max_bytes=} must be at least {FRAME_OVERHEAD}")
+        if compression not in (None, "gzip", "zlib"):
+            raise ValueError(f"{compression=} must be None, 'gzip' or 'zlib'")
+        self.prefix = os.fspath(prefix)
+        default_suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zz"}[compression]
+        self.suffix = default_suffix if suffix is None else suffix
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.compression: WriteCompression = compression
+        self.write_index = write_index
+        self.shard_paths: list[str] = []
+        self._shards: list[RecordWriter] = []
+        self._closed = False
+
+    @property
+    def records_written(self) -> int:
+        """Records written so far, over all shards."""
+        return sum(shard.records_written for shard in self._shards)
+
+    def write(self, payload: bytes | bytearray | memoryview) -> None:
+        """Appends one record to the current shard, starting a new one when it is full."""
+        if self._closed:
+            raise ValueError(f"write to a closed ShardedWriter for {self.prefix!r}")
+        if not self._shards or self._is_full(self._shards[-1], len(payload) + FRAME_OVERHEAD):
+            self._start_shard()
+        self._shards[-1].write(payload)
+
+    def _is_full(self, shard: RecordWriter, framed: int) -> bool:
+        if shard.records_written == 0:
+            return False
+        if self.max_records is not None and shard.records_written >= self.max_records:
+            return True
+        return self.max_bytes is not None and shard.bytes_written + framed > self.max_bytes
+
+    def _start_shard(self) -> None:
+        if self._shards:
+            self._shards[-1]._finish()
+        number = len(self._shards)
+        self._shards.append(
+            RecordWriter(
+                f"{self.prefix}-{number:05d}{self.suffix}",
+                compression=self.compression,
+                write_index=self.write_index,
+            )
+        )
+
+    def close(self) -> list[str]:
+        """Finishes the last shard and renames every shard to its final name.
+
+        Returns:
+            The shard paths, in order (also kept as :attr:`shard_paths`). Writing no record
+            at all gives one empty shard, so readers find the dataset.
+        """
+        if self._closed:
+            return self.shard_paths
+        if not self._shards:
+            self._start_shard()
+        try:
+            self._shards[-1]._finish()
+        except BaseException:
+            self.abort()
+            raise
+        total = len(self._shards)
+        final = [f"{self.prefix}-{i:05d}-of-{total:05d}{self.suffix}" for i in range(total)]
+        for shard, path in zip(self._shards, final):
+            shard._publish(path)
+        self._closed = True
+        self.shard_paths = final
+        return final
+
+    def abort(self) -> None:
+        """Discards every shard not yet renamed into place."""
+        self._closed = True
+        for shard in self._shards:
+            shard.abort()
+
+    def __enter__(self) -> ShardedWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
