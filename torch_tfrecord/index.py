@@ -35,6 +35,7 @@ __all__ = [
 
 INDEX_SUFFIX = ".idx"
 
+_INT64_MAX = np.iinfo(np.int64).max
 _LINE = re.compile(rb"[ \t]*(\d+)[ \t]+(\d+)[ \t]*\r?")
 
 
@@ -122,11 +123,16 @@ def decode_index(data: bytes, index_path: PathLike = "<bytes>") -> npt.NDArray[n
     """Parses the text of an index file; see :func:`load_index`."""
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if lines and data.count(b" ") == lines and b"-" not in data and b"+" not in data:
+        # C-speed parse of the canonical format; anything unusual falls to the strict path,
+        # which names the offending line.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            # C-speed parse of the canonical format; anything unusual falls to the strict path.
-            values = np.fromstring(data, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
-        if len(values) == 2 * lines:
+            try:
+                values = np.fromstring(data, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
+            except ValueError:
+                values = None
+        # fromstring saturates numbers past int64 instead of failing: those go the strict way.
+        if values is not None and len(values) == 2 * lines and values.max() < _INT64_MAX:
             return values.reshape(lines, 2)
     return _decode_index_strict(data, index_path)
 
@@ -144,7 +150,7 @@ def _decode_index_strict(data: bytes, index_path: PathLike) -> npt.NDArray[np.in
                 f"{os.fspath(index_path)!r} line {number} is not '<offset> <framed_size>': {shown!r}"
             )
         offset, framed = int(match[1]), int(match[2])
-        if offset >= 1 << 63 or framed >= 1 << 63:
+        if offset >= _INT64_MAX or framed >= _INT64_MAX:
             raise IndexFormatError(
                 f"{os.fspath(index_path)!r} line {number}: value out of range: "
                 f"{line[:80].decode('ascii', 'replace')!r}"

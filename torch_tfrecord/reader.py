@@ -501,7 +501,7 @@ def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int6
         position = offset - base
         if position < 0 or len(buffer) - position < HEADER_SIZE:
             stream.seek(offset)
-            buffer = stream.read(min(read_size, size - offset))
+            buffer = stream.read(min(max(read_size, HEADER_SIZE), size - offset))
             base, position = offset, 0
             if len(buffer) < HEADER_SIZE:
                 ordinal = len(framed_sizes)
