@@ -1,8 +1,8 @@
 """`tfrecord-index`: build, check and summarise TFRecord index files.
 
-    tfrecord-index build data/train-*.tfrecord --jobs 8
-    tfrecord-index check data/
-    tfrecord-index stats data/
+tfrecord-index build data/train-*.tfrecord --jobs 8
+tfrecord-index check data/
+tfrecord-index stats data/
 """
 
 from __future__ import annotations

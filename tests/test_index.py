@@ -19,7 +19,6 @@ from torch_tfrecord import (
     load_index,
     save_index,
 )
-from torch_tfrecord.framing import encode_record
 from torch_tfrecord.index import count_records, decode_index, encode_index, index_from_sizes
 
 
@@ -76,7 +75,7 @@ def test_stale_index_cases(write_raw: Callable[..., Path], tmp_path: Path) -> No
         "grew": table[:2],  # as if the file was appended to after indexing
         "overlaps": np.array([[0, 26], [20, 36], [62, 46]]),
         "leaves a gap": np.array([[0, 26], [30, 36], [62, 46]]),
-        "not 0": table + [[5, 0]],
+        "not 0": table + np.array([[5, 0]]),
         "below the minimum": np.array([[0, 26], [26, 3], [29, 79]]),
         "shrank": np.vstack([table, [[108, 16]]]),
         "index is empty": np.zeros((0, 2), np.int64),

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import gzip
-import re
 import hashlib
+import itertools
+import re
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -211,8 +212,8 @@ def test_byte_range(records_dir: Path, golden: dict) -> None:
     assert list(read_records(path, byte_range=(offsets[2], offsets[5] + 1))) == golden["payloads"][2:6]
     # Ranges between record offsets that split the file give every record exactly once.
     cuts = [0, offsets[2], offsets[5], offsets[8], path.stat().st_size]
-    pieces = [list(read_records(path, byte_range=(a, b))) for a, b in zip(cuts[:-1], cuts[1:])]
-    assert sum(pieces, []) == golden["payloads"]
+    pieces = [list(read_records(path, byte_range=(a, b))) for a, b in itertools.pairwise(cuts)]
+    assert [r for piece in pieces for r in piece] == golden["payloads"]
     with pytest.raises(CorruptRecordError, match=r"record 0 after byte 57"):
         list(read_records(path, byte_range=(offsets[3] + 1, offsets[5])))
     with pytest.raises(ValueError):

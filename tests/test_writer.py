@@ -20,7 +20,9 @@ def test_byte_identical_to_tensorflow(tmp_path: Path, records_dir: Path, golden:
         for payload in golden["payloads"]:
             writer.write(payload)
     assert path.read_bytes() == (records_dir / "plain.tfrecord").read_bytes()
-    assert (tmp_path / "ours.tfrecord.idx").read_text() == (records_dir / "plain.tfrecord.dali.idx").read_text()
+    assert (tmp_path / "ours.tfrecord.idx").read_text() == (
+        records_dir / "plain.tfrecord.dali.idx"
+    ).read_text()
 
 
 def test_empty_file_identical_to_tensorflow(tmp_path: Path, records_dir: Path) -> None:
@@ -31,10 +33,13 @@ def test_empty_file_identical_to_tensorflow(tmp_path: Path, records_dir: Path) -
     assert len(load_index(tmp_path / "e.tfrecord.idx", data_path=tmp_path / "e.tfrecord")) == 0
 
 
-@pytest.mark.parametrize(("compression", "name", "decompress"), [
-    ("gzip", "gzip.tfrecord.gz", gzip.decompress),
-    ("zlib", "zlib.tfrecord.zz", zlib.decompress),
-])
+@pytest.mark.parametrize(
+    ("compression", "name", "decompress"),
+    [
+        ("gzip", "gzip.tfrecord.gz", gzip.decompress),
+        ("zlib", "zlib.tfrecord.zz", zlib.decompress),
+    ],
+)
 def test_compressed_streams_match_tensorflow_and_are_deterministic(
     compression: str, name: str, decompress, tmp_path: Path, records_dir: Path, golden: dict
 ) -> None:
@@ -126,7 +131,7 @@ def test_sharded_writer_rolls_over_by_records(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names + [n + ".idx" for n in names])
     read = [list(read_records(p)) for p in writer.shard_paths]
     assert [len(r) for r in read] == [10, 10, 5]
-    assert sum(read, []) == payloads
+    assert [r for shard in read for r in shard] == payloads
     for path in writer.shard_paths:
         assert (load_index(path + ".idx", data_path=path) == build_index(path)).all()
 
@@ -138,7 +143,7 @@ def test_sharded_writer_rolls_over_by_bytes(tmp_path: Path) -> None:
     sizes = [os.path.getsize(p) for p in writer.shard_paths]
     # 46 + 46 fits in 100, the third would not; 216 gets a shard alone.
     assert sizes == [92, 46, 216, 26]
-    assert all(p.endswith(f"-of-00004.tfrecord") for p in writer.shard_paths)
+    assert all(p.endswith("-of-00004.tfrecord") for p in writer.shard_paths)
 
 
 def test_sharded_writer_hides_shards_until_close_and_aborts_on_error(tmp_path: Path) -> None:

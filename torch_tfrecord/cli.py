@@ -1,7 +1,7 @@
 """`torch-tfrecord`: look inside TFRecord files.
 
-    torch-tfrecord count data/train-*.tfrecord
-    torch-tfrecord verify data/
+torch-tfrecord count data/train-*.tfrecord
+torch-tfrecord verify data/
 """
 
 from __future__ import annotations

@@ -72,9 +72,7 @@ def encode_record(payload: bytes | bytearray | memoryview) -> bytes:
         b'\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00)\\x03\\x8e\\xa6\\xd8\\xea\\x82\\xa2'
     """
     length = _LENGTH.pack(len(payload))
-    return b"".join(
-        (length, _CRC.pack(masked_crc32c(length)), payload, _CRC.pack(masked_crc32c(payload)))
-    )
+    return b"".join((length, _CRC.pack(masked_crc32c(length)), payload, _CRC.pack(masked_crc32c(payload))))
 
 
 def decode_header(buffer: bytes | bytearray | memoryview, position: int = 0) -> tuple[int, int]:
@@ -96,4 +94,4 @@ def header_is_valid(buffer: bytes | bytearray | memoryview, position: int = 0) -
     if len(buffer) - position < HEADER_SIZE:
         return False
     _, stored_crc = _HEADER.unpack_from(buffer, position)
-    return masked_crc32c(memoryview(buffer)[position : position + 8]) == stored_crc
+    return bool(masked_crc32c(memoryview(buffer)[position : position + 8]) == stored_crc)

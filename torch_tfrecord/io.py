@@ -40,12 +40,7 @@ _READ_CHUNK = 1 << 20
 
 def _zlib_header_is_valid(head: bytes) -> bool:
     # RFC 1950: CM=8 (deflate), CINFO<=7, and the 16-bit header is a multiple of 31.
-    return (
-        len(head) >= 2
-        and head[0] & 0x0F == 8
-        and head[0] >> 4 <= 7
-        and (head[0] << 8 | head[1]) % 31 == 0
-    )
+    return len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0
 
 
 def detect_compression(head: bytes, path: PathLike = "") -> Compression:
@@ -204,12 +199,10 @@ def open_records_stream(path: PathLike, compression: Compression) -> Iterator[Bi
     Yields:
         A binary stream positioned at the start of the (uncompressed) records.
     """
-    raw = open(path, "rb", buffering=0)
-    stream: BinaryIO
-    if compression is None:
-        stream = raw
-    else:
-        stream = _DecompressingReader(raw, compression)  # type: ignore[assignment]
+    raw = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, through the stream)
+    stream: BinaryIO = (
+        raw if compression is None else _DecompressingReader(raw, compression)  # type: ignore[assignment]
+    )
     try:
         yield stream
     finally:

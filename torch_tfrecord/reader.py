@@ -8,6 +8,7 @@ offset and the record number, and is never returned as data.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import struct
 import zlib
@@ -151,9 +152,7 @@ def _scan(stream: BinaryIO, span: _Span, verify_crc: bool) -> Iterator[bytes]:
                 _check_length_crc(span, buffer, position, offset, ordinal)
             needed = length + FRAME_OVERHEAD
             while len(buffer) - position < needed and not eof:
-                buffer, base, position, eof = _refill(
-                    stream, span, buffer, base, position, needed, ordinal
-                )
+                buffer, base, position, eof = _refill(stream, span, buffer, base, position, needed, ordinal)
             if len(buffer) - position < needed:
                 limit = base + len(buffer)
                 span = dataclasses.replace(span, limit=limit)
@@ -223,25 +222,21 @@ def _read_stream(stream: BinaryIO, span: _Span, offset: int, size: int, ordinal:
         return stream.read(size)
     except EOFError as exc:
         raise TruncatedRecordError(
-            f"compressed stream ends early in {span.where(offset, ordinal)} "
-            f"(uncompressed offset): {exc}",
+            f"compressed stream ends early in {span.where(offset, ordinal)} (uncompressed offset): {exc}",
             path=span.path,
             offset=offset,
             record=span.record_number(ordinal),
         ) from exc
     except zlib.error as exc:
         raise CorruptRecordError(
-            f"compressed stream is damaged in {span.where(offset, ordinal)} "
-            f"(uncompressed offset): {exc}",
+            f"compressed stream is damaged in {span.where(offset, ordinal)} (uncompressed offset): {exc}",
             path=span.path,
             offset=offset,
             record=span.record_number(ordinal),
         ) from exc
 
 
-def _coalesce(
-    entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]
-) -> Iterator[tuple[int, int]]:
+def _coalesce(entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
     """Splits entries into runs of back-to-back, consecutively numbered records.
 
     Yields:
@@ -253,9 +248,7 @@ def _coalesce(
     offsets = entries[:, 0]
     ends = offsets + entries[:, 1]
     breaks = np.flatnonzero((offsets[1:] != ends[:-1]) | (numbers[1:] != numbers[:-1] + 1)) + 1
-    bounds = [0, *breaks.tolist(), n]
-    for first, stop in zip(bounds[:-1], bounds[1:]):
-        yield first, stop
+    yield from itertools.pairwise([0, *breaks.tolist(), n])
 
 
 def _as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike) -> npt.NDArray[np.int64]:

@@ -189,7 +189,7 @@ class ShardedWriter:
     nothing under a final name. Each uncompressed shard gets its index.
 
     Args:
-        prefix: path prefix of the shards, e.g. ``"out/train"``.
+        prefix: path prefix of the shards, e.g. ``"out/train"``; its directory is created.
         max_records: start a new shard once a shard holds this many records.
         max_bytes: start a new shard before a record would take a shard past this many
             (uncompressed, framed) bytes; a single larger record gets a shard of its own.
@@ -224,6 +224,7 @@ class ShardedWriter:
         if compression not in (None, "gzip", "zlib"):
             raise ValueError(f"{compression=} must be None, 'gzip' or 'zlib'")
         self.prefix = os.fspath(prefix)
+        os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
         default_suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zz"}[compression]
         self.suffix = default_suffix if suffix is None else suffix
         self.max_records = max_records

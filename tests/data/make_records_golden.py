@@ -80,7 +80,8 @@ def main() -> None:
         # First record of 35,615 bytes: the length field starts with 1f 8b, the GZIP magic.
         "gzip_magic_plain.tfrecord": (write("gzip_magic_plain.tfrecord", [b"\x2a" * 35615, b"x"]), ""),
     }
-    plain = open(files["plain.tfrecord"][0], "rb").read()
+    with open(files["plain.tfrecord"][0], "rb") as f:
+        plain = f.read()
     offsets = [int(line.split()[0]) for line in dali_tfrecord2idx(files["plain.tfrecord"][0]).splitlines()]
     third = offsets[3]  # record 3 (100 bytes) starts here
     damaged = {
@@ -92,7 +93,8 @@ def main() -> None:
         "flipped_data_crc.tfrecord": _flip(plain, third + 12 + 100 + 1),
         "huge_length.tfrecord": plain[:third] + struct.pack("<Q", 1 << 63) + plain[third + 8 :],
     }
-    gz = open(files["gzip.tfrecord.gz"][0], "rb").read()
+    with open(files["gzip.tfrecord.gz"][0], "rb") as f:
+        gz = f.read()
     damaged_gz = {"gzip_truncated.tfrecord.gz": gz[: len(gz) // 2]}
     for name, data in {**damaged, **damaged_gz}.items():
         with open(os.path.join(HERE, name), "wb") as f:

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from torch_tfrecord.cli import main
+
+
+def test_count(records_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["count", str(records_dir / "plain.tfrecord"), str(records_dir / "gzip.tfrecord.gz")])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "11  " in out and out.strip().splitlines()[-1].split() == ["22", "total"]
+
+
+def test_count_reports_damaged_file(records_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(
+        ["count", str(records_dir / "truncated_payload.tfrecord"), str(records_dir / "plain.tfrecord")]
+    )
+    out = capsys.readouterr().out
+    assert status == 1
+    assert "ERROR" in out and "at byte 56 (record 3)" in out and "11  total" in out
+
+
+def test_verify_good_and_bad(tmp_path: Path, records_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for name in ["plain.tfrecord", "gzip.tfrecord.gz", "flipped_payload.tfrecord"]:
+        shutil.copyfile(records_dir / name, tmp_path / name)
+    assert main(["verify", str(tmp_path / "plain.tfrecord"), str(tmp_path / "gzip.tfrecord.gz")]) == 0
+    assert "2 of 2 files OK" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert (
+        "BAD  " in out and "CorruptRecordError: data CRC mismatch" in out and "at byte 56 (record 3)" in out
+    )
+    assert "2 of 3 files OK" in out
+
+
+def test_verify_finds_stale_index(
+    golden_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = golden_copy("plain.tfrecord")
+    (path.parent / "plain.tfrecord.idx").write_text("0 16\n16 17\n")
+    assert main(["verify", str(path)]) == 1
+    assert "StaleIndexError" in capsys.readouterr().out
+
+
+def test_missing_source_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["count", str(tmp_path / "nope.tfrecord")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_console_script_and_module_entry(records_dir: Path) -> None:
+    script = shutil.which("torch-tfrecord", path=str(Path(sys.executable).parent))
+    commands = [[sys.executable, "-m", "torch_tfrecord"]] + ([[script]] if script else [])
+    for command in commands:
+        result = subprocess.run(
+            [*command, "count", str(records_dir / "plain.tfrecord")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "11  total" in result.stdout
