@@ -1,9 +1,12 @@
-"""Record-layer throughput: reading with CRC checks, and index building.
+"""Record-layer throughput: reading with CRC checks, index building, index files.
 
 Generates 8 shards x 20,000 records of ~4 KB and 8 x 20,000 of ~50 bytes (random payload
 sizes around those means), then times each operation several times and prints medians.
+Peers, measured in the same run on the same files: the `tfrecord` package's reader (when
+installed; it checks no CRC) and TensorFlow's tf.data.TFRecordDataset (with --tf-python, a
+Python that has TensorFlow, run as a separate process; it checks CRCs).
 
-    python benchmarks/bench_records.py [--dir DIR] [--repeats 5]
+    python benchmarks/bench_records.py [--dir DIR] [--repeats 5] [--tf-python /tmp/tfvenv/bin/python]
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 import torch_tfrecord as tt
-from torch_tfrecord.index import decode_index, encode_index
+from torch_tfrecord.index import decode_index, encode_index, index_from_sizes
 
 SHARDS = 8
 RECORDS_PER_SHARD = 20_000
@@ -59,6 +62,46 @@ def read_all(paths: list[str], verify_crc: bool) -> tuple[int, int]:
     return records, payload
 
 
+def read_all_tfrecord_package(paths: list[str]) -> tuple[int, int]:
+    from tfrecord.reader import tfrecord_iterator
+
+    records = payload = 0
+    for path in paths:
+        for data in tfrecord_iterator(path):
+            records += 1
+            payload += len(bytes(data))  # it yields views of a reused buffer: copy, as users must
+    return records, payload
+
+
+_TF_SCRIPT = """
+import statistics, sys, time
+import tensorflow as tf
+paths, repeats = sys.argv[1:-1], int(sys.argv[-1])
+times = []
+for _ in range(repeats):
+    start = time.perf_counter()
+    n = 0
+    for batch in tf.data.TFRecordDataset(paths).batch(256):
+        n += int(batch.shape[0])
+    times.append(time.perf_counter() - start)
+print(n, statistics.median(times))
+"""
+
+
+def read_all_tensorflow(tf_python: str, paths: list[str], repeats: int) -> tuple[float, int]:
+    import subprocess
+
+    result = subprocess.run(
+        [tf_python, "-c", _TF_SCRIPT, *paths, str(repeats)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    records, seconds = result.stdout.split()
+    return float(seconds), int(records)
+
+
 def index_all(paths: list[str]) -> tuple[int, int]:
     records = 0
     for path in paths:
@@ -70,7 +113,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", help="where to keep the generated data (default: a temp dir)")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--tf-python", help="a Python with TensorFlow, to time tf.data as a peer")
     args = parser.parse_args()
+    try:
+        import tfrecord  # noqa: F401
+
+        has_tfrecord_package = True
+    except ImportError:
+        has_tfrecord_package = False
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
     datasets = {
@@ -87,13 +137,40 @@ def main() -> None:
         ]:
             seconds, records, _ = timed(function, args.repeats)
             rows.append((name, label, records, seconds, records / seconds, file_bytes / seconds / 1e6))
-        text = encode_index(tt.build_index(paths[0]))
-        big = text * 62  # ~10 million lines (offsets repeat; parsing cost is what counts)
-        seconds, lines, _ = timed(lambda big=big: (len(decode_index(big)), 0), args.repeats)
-        rows.append((name, "parse index text", lines, seconds, lines / seconds, len(big) / seconds / 1e6))
-    print(f"{'data':5} {'operation':24} {'records':>10} {'median s':>9} {'records/s':>12} {'MB/s':>8}")
+        if has_tfrecord_package:
+            seconds, records, _ = timed(lambda paths=paths: read_all_tfrecord_package(paths), args.repeats)
+            rows.append(
+                (
+                    name,
+                    "peer: tfrecord pkg, no CRC",
+                    records,
+                    seconds,
+                    records / seconds,
+                    file_bytes / seconds / 1e6,
+                )
+            )
+        if args.tf_python:
+            seconds, records = read_all_tensorflow(args.tf_python, paths, args.repeats)
+            rows.append(
+                (
+                    name,
+                    "peer: TensorFlow tf.data",
+                    records,
+                    seconds,
+                    records / seconds,
+                    file_bytes / seconds / 1e6,
+                )
+            )
+    # A 10-million-record index, as for a 40 GB shard of ~4 KB records (11-digit offsets).
+    table = index_from_sizes(np.random.default_rng(3).integers(2048, 6144, 10_000_000))
+    seconds, lines, _ = timed(lambda: (len(table), len(encode_index(table))), 3)
+    text = encode_index(table)
+    rows.append(("idx", "format 10M-line index", lines, seconds, lines / seconds, len(text) / seconds / 1e6))
+    seconds, lines, _ = timed(lambda: (len(decode_index(text)), 0), args.repeats)
+    rows.append(("idx", "parse 10M-line index", lines, seconds, lines / seconds, len(text) / seconds / 1e6))
+    print(f"{'data':5} {'operation':28} {'records':>10} {'median s':>9} {'records/s':>12} {'MB/s':>8}")
     for name, label, records, seconds, rate, mbps in rows:
-        print(f"{name:5} {label:24} {records:>10} {seconds:>9.3f} {rate:>12,.0f} {mbps:>8,.0f}")
+        print(f"{name:5} {label:28} {records:>10} {seconds:>9.3f} {rate:>12,.0f} {mbps:>8,.0f}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ def test_encode_decode_round_trip(sizes: list[int]) -> None:
     assert (decode_index(encode_index(table)) == table).all()
 
 
+def test_encode_matches_plain_formatting_at_digit_boundaries() -> None:
+    values = [0, 9, 10, 99, 100, 16, 12345, 10**17 - 1, 10**18, (1 << 63) - 1]
+    table = np.array([[v, w] for v in values for w in values[::-1]], dtype=np.int64)
+    assert encode_index(table) == "".join(f"{a} {b}\n" for a, b in table.tolist()).encode()
+    assert encode_index(np.zeros((0, 2))) == b""
+    with pytest.raises(ValueError, match="non-negative"):
+        encode_index([[0, -16]])
+
+
 def test_lenient_whitespace_and_strict_errors(tmp_path: Path) -> None:
     assert decode_index(b"0 16\r\n16  20\n\n36\t5").tolist() == [[0, 16], [16, 20], [36, 5]]
     assert decode_index(b"0 16\n16 20").tolist() == [[0, 16], [16, 20]]
