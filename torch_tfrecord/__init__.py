@@ -1,9 +1,18 @@
 """torch-tfrecord: read and write TFRecord files in PyTorch, with no TensorFlow."""
 
+from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
+from .collate import collate
+from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
 from .errors import (
     CompressedIndexError,
     CorruptRecordError,
+    ExampleDecodeError,
+    FeatureError,
+    FeatureShapeError,
+    FeatureTypeError,
     IndexFormatError,
+    MissingFeatureError,
+    SourceNotFoundError,
     StaleIndexError,
     TFRecordError,
     TruncatedRecordError,
@@ -12,29 +21,58 @@ from .framing import encode_record, masked_crc32c
 from .index import (
     build_index,
     check_index,
+    count_records,
     default_index_path,
     load_index,
     save_index,
 )
+from .ragged import Ragged
 from .reader import ReadStats, read_records
-from .writer import RecordWriter, ShardedWriter
+from .schema import infer_spec
+from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
+from .writer import ExampleWriter, RecordWriter, ShardedWriter
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BytesList",
     "CompressedIndexError",
     "CorruptRecordError",
+    "ExampleDecodeError",
+    "ExampleWriter",
+    "FeatureError",
+    "FeatureShapeError",
+    "FeatureTypeError",
+    "FixedLen",
+    "FixedLenSequence",
+    "FloatList",
+    "Image",
     "IndexFormatError",
+    "Int64List",
+    "MissingFeatureError",
+    "Ragged",
+    "RawTensor",
     "ReadStats",
     "RecordWriter",
     "ShardedWriter",
+    "SourceNotFoundError",
     "StaleIndexError",
     "TFRecordError",
     "TruncatedRecordError",
+    "VarLen",
     "build_index",
     "check_index",
+    "collate",
+    "count_records",
+    "decode_batch",
+    "decode_example",
+    "decode_sequence_batch",
+    "decode_sequence_example",
     "default_index_path",
+    "encode_example",
     "encode_record",
+    "encode_sequence_example",
+    "infer_spec",
     "load_index",
     "masked_crc32c",
     "read_records",

@@ -9,7 +9,12 @@ from __future__ import annotations
 __all__ = [
     "CompressedIndexError",
     "CorruptRecordError",
+    "ExampleDecodeError",
+    "FeatureError",
+    "FeatureShapeError",
+    "FeatureTypeError",
     "IndexFormatError",
+    "MissingFeatureError",
     "SourceNotFoundError",
     "StaleIndexError",
     "TFRecordError",
@@ -59,3 +64,37 @@ class CompressedIndexError(TFRecordError, ValueError):
 
 class SourceNotFoundError(TFRecordError, FileNotFoundError):
     """A path, glob or directory given as a source names no file."""
+
+
+class FeatureError(TFRecordError, ValueError):
+    """A record's features do not match the spec.
+
+    Attributes:
+        key: the feature key (None when the record is not an Example at all).
+        record: where the record came from, e.g. ``"record 17 of 'train.tfrecord'"``, when known.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, record: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.record = record
+
+    def __str__(self) -> str:
+        # KeyError would quote the message; every subclass prints it as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class MissingFeatureError(FeatureError, KeyError):
+    """A required feature is absent and its spec has no default."""
+
+
+class FeatureTypeError(FeatureError, TypeError):
+    """A feature holds another list type than the spec asks for (e.g. floats for int64)."""
+
+
+class FeatureShapeError(FeatureError):
+    """A feature holds a number of values that does not fit the spec's shape, or overflows its dtype."""
+
+
+class ExampleDecodeError(FeatureError):
+    """The bytes of a record are not a valid serialized Example / SequenceExample."""

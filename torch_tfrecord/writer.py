@@ -11,19 +11,33 @@ import logging
 import os
 import zlib
 from array import array
+from collections.abc import Mapping
 from types import TracebackType
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from ._atomic import remove_quietly, temporary_path
+from .encode import encode_example
 from .framing import FRAME_OVERHEAD, encode_record
 from .index import default_index_path, index_from_sizes, save_index
 from .io import PathLike
 
-__all__ = ["RecordWriter", "ShardedWriter"]
+__all__ = ["ExampleWriter", "RecordWriter", "ShardedWriter"]
 
 logger = logging.getLogger(__name__)
 
 WriteCompression = Literal["gzip", "zlib"] | None
+
+Payload = bytes | bytearray | memoryview
+
+
+def _as_payload(record: Payload | Mapping[str, Any]) -> Payload:
+    """Serialized bytes as they are; a dict of features encoded as an Example."""
+    if isinstance(record, Mapping):
+        return encode_example(record)
+    if not isinstance(record, bytes | bytearray | memoryview):
+        raise TypeError(f"write() takes bytes or a dict of features, got {type(record).__name__}")
+    return record
+
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 _BUFFER_SIZE = 1 << 20
@@ -181,6 +195,19 @@ class RecordWriter:
             remove_quietly(index_path)
 
 
+class ExampleWriter(RecordWriter):
+    """A :class:`RecordWriter` whose :meth:`write` also takes a dict of features.
+
+    Example:
+        >>> with ExampleWriter("train.tfrecord") as writer:  # doctest: +SKIP
+        ...     writer.write({"image": tt.BytesList([jpeg]), "label": 3})
+    """
+
+    def write(self, record: Payload | Mapping[str, Any]) -> None:  # type: ignore[override]
+        """Appends one record: bytes as they are, a dict encoded with :func:`encode_example`."""
+        super().write(_as_payload(record))
+
+
 class ShardedWriter:
     """Writes records across numbered shards, rolling over by record count or size.
 
@@ -240,10 +267,12 @@ class ShardedWriter:
         """Records written so far, over all shards."""
         return sum(shard.records_written for shard in self._shards)
 
-    def write(self, payload: bytes | bytearray | memoryview) -> None:
-        """Appends one record to the current shard, starting a new one when it is full."""
+    def write(self, record: Payload | Mapping[str, Any]) -> None:
+        """Appends one record (bytes, or a dict of features encoded as an Example) to the
+        current shard, starting a new shard when it is full."""
         if self._closed:
             raise ValueError(f"write to a closed ShardedWriter for {self.prefix!r}")
+        payload = _as_payload(record)
         if not self._shards or self._is_full(self._shards[-1], len(payload) + FRAME_OVERHEAD):
             self._start_shard()
         self._shards[-1].write(payload)

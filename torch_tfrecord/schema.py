@@ -1,0 +1,110 @@
+"""Proposing a feature spec from the records themselves."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import torch
+from google.protobuf.message import DecodeError
+
+from .errors import ExampleDecodeError, FeatureTypeError
+from .io import PathLike, expand_sources
+from .proto import Example
+from .reader import read_records
+from .spec import FeatureSpec, FixedLen, Image, VarLen
+
+__all__ = ["infer_spec", "infer_spec_from_records"]
+
+_DTYPES: dict[str, Any] = {"int64_list": torch.int64, "float_list": torch.float32, "bytes_list": bytes}
+_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+
+@dataclasses.dataclass
+class _Seen:
+    kind: str | None = None
+    lengths: set[int] = dataclasses.field(default_factory=set)
+    present: int = 0
+    images: int = 0
+
+
+class InferredSpec(dict[str, FeatureSpec]):
+    """A spec dict whose ``repr`` is code to paste (``import torch, torch_tfrecord as tt`` first)."""
+
+    def __repr__(self) -> str:
+        lines = [f"    {key!r}: {spec!r}," for key, spec in self.items()]
+        return "{\n" + "\n".join(lines) + "\n}" if lines else "{}"
+
+
+def infer_spec_from_records(records: Iterable[bytes]) -> InferredSpec:
+    """Proposes a spec for serialized Examples; see :func:`infer_spec`."""
+    seen: dict[str, _Seen] = {}
+    total = 0
+    for number, record in enumerate(records):
+        total += 1
+        try:
+            example = Example.FromString(record)
+        except DecodeError as error:
+            raise ExampleDecodeError(f"record {number} is not a serialized Example: {error}") from None
+        for key, feature in example.features.feature.items():
+            entry = seen.setdefault(key, _Seen())
+            which = feature.WhichOneof("kind")
+            if which is not None and entry.kind is not None and which != entry.kind:
+                raise FeatureTypeError(
+                    f"feature {key!r} holds {which} in record {number} but {entry.kind} before",
+                    key=key,
+                    record=f"record {number}",
+                )
+            entry.kind = entry.kind or which
+            values: Any = getattr(feature, which).value if which else ()
+            entry.lengths.add(len(values))
+            entry.present += 1
+            if which == "bytes_list" and len(values) == 1 and values[0].startswith(_IMAGE_MAGIC):
+                entry.images += 1
+    spec = InferredSpec()
+    for key in sorted(seen):
+        entry = seen[key]
+        dtype = _DTYPES.get(entry.kind or "float_list", torch.float32)
+        if entry.present == total and entry.images == total:
+            spec[key] = Image("RGB")
+        elif entry.present == total and len(entry.lengths) == 1:
+            (length,) = entry.lengths
+            spec[key] = FixedLen(() if length == 1 else (length,), dtype)
+        else:
+            spec[key] = VarLen(dtype)  # lengths vary, or the key is optional (missing = no values)
+    return spec
+
+
+def infer_spec(paths: PathLike | Sequence[PathLike], max_records: int = 1000) -> InferredSpec:
+    """Reads up to ``max_records`` Examples and proposes a spec for them.
+
+    A feature present in every record with the same number of values becomes a
+    :class:`FixedLen` (shape ``()`` for one value); one whose length varies, or that some records
+    lack, a :class:`VarLen`; a bytes feature whose every value is a JPEG / PNG / GIF / BMP, an
+    :class:`Image`. The ``repr`` of the result is valid Python.
+
+    Args:
+        paths: files, globs or directories.
+        max_records: how many records to look at, from the first files on.
+
+    Example:
+        >>> infer_spec("train-*.tfrecord")  # doctest: +SKIP
+        {
+            'image/encoded': tt.Image(mode='RGB'),
+            'label': tt.FixedLen(shape=(), dtype=torch.int64),
+        }
+    """
+    if max_records < 1:
+        raise ValueError(f"{max_records=} must be positive")
+
+    def records() -> Iterable[bytes]:
+        count = 0
+        for path in expand_sources(paths):
+            for record in read_records(path):
+                yield record
+                count += 1
+                if count >= max_records:
+                    return
+
+    return infer_spec_from_records(records())

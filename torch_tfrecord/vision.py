@@ -1,0 +1,87 @@
+"""Image decoding: torchvision.io when it imports, Pillow otherwise; same pixels either way.
+
+Both are optional (``pip install torch-tfrecord[vision]``) and imported on first use.
+Set ``TORCH_TFRECORD_IMAGE_BACKEND=pillow`` (or ``torchvision``) to force one.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import os
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+__all__ = ["decode_image", "image_backend"]
+
+Mode = Literal["RGB", "L", "unchanged"]
+
+
+@functools.cache
+def _torchvision_io() -> Any:
+    try:
+        import torchvision.io
+    except (ImportError, RuntimeError, OSError):
+        # RuntimeError / OSError: a torchvision built for another torch fails at import time.
+        return None
+    return torchvision.io
+
+
+@functools.cache
+def _pillow() -> Any:
+    try:
+        import PIL.Image
+    except ImportError:
+        return None
+    return PIL.Image
+
+
+def image_backend() -> Literal["torchvision", "pillow"]:
+    """The library that decodes images here.
+
+    Raises:
+        ImportError: neither torchvision nor Pillow is installed (names the extra to install).
+    """
+    forced = os.environ.get("TORCH_TFRECORD_IMAGE_BACKEND", "").lower()
+    if forced not in ("", "torchvision", "pillow"):
+        raise ValueError(f"TORCH_TFRECORD_IMAGE_BACKEND={forced!r}: use 'torchvision' or 'pillow'")
+    if forced != "pillow" and _torchvision_io() is not None:
+        return "torchvision"
+    if forced != "torchvision" and _pillow() is not None:
+        return "pillow"
+    wanted = forced or "torchvision or Pillow"
+    raise ImportError(f"decoding images needs {wanted}: pip install 'torch-tfrecord[vision]'")
+
+
+def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
+    """Decodes JPEG / PNG / ... bytes to a uint8 ``[channels, height, width]`` tensor.
+
+    Args:
+        data: the encoded image.
+        mode: ``"RGB"`` (3 channels), ``"L"`` (1 channel) or ``"unchanged"`` (as stored).
+
+    Raises:
+        ImportError: no image library is installed.
+        Exception: the library's own error for bytes that are not an image.
+    """
+    if image_backend() == "torchvision":
+        tvio = _torchvision_io()
+        read_mode = {
+            "RGB": tvio.ImageReadMode.RGB,
+            "L": tvio.ImageReadMode.GRAY,
+            "unchanged": tvio.ImageReadMode.UNCHANGED,
+        }[mode]
+        encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return tvio.decode_image(encoded, mode=read_mode)  # type: ignore[no-any-return]
+    pil = _pillow()
+    with pil.open(io.BytesIO(data)) as image:
+        if mode != "unchanged":
+            image = image.convert(mode)
+        array = np.asarray(image)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    if array.dtype != np.uint8:
+        array = array.astype(np.uint8)
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
