@@ -145,11 +145,8 @@ def _fill_sequence(key: str, values: Sequence[Any], feature: Any) -> None:
         raise TypeError(f"feature {key!r}: a list mixes text/bytes with numbers")
     array = np.asarray(values)
     if array.dtype.kind not in "iubf":
-        raise TypeError(f"feature {key!r}: cannot encode a list of {array.dtype} values")
-    if array.dtype.kind == "f":
-        feature.float_list.value.extend(array.astype(np.float32).reshape(-1).tolist())
-    else:
-        _fill_ints(key, array.astype(np.int64).reshape(-1).tolist(), feature)
+        raise TypeError(f"feature {key!r}: cannot encode a list of {array.dtype} values (ints beyond int64?)")
+    _fill_array(key, array, feature, "list")
 
 
 def encode_example(features: Mapping[str, Any]) -> bytes:

@@ -84,4 +84,4 @@ def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
         array = array[:, :, None]
     if array.dtype != np.uint8:
         array = array.astype(np.uint8)
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+    return torch.from_numpy(array.transpose(2, 0, 1).copy())

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from torch_tfrecord import Ragged
+
+
+@pytest.fixture
+def ragged() -> Ragged:
+    return Ragged(torch.tensor([1, 2, 3, 4, 5, 6]), torch.tensor([0, 2, 2, 6]))
+
+
+def test_rows_and_lengths(ragged: Ragged) -> None:
+    assert len(ragged) == 3
+    assert ragged.lengths.tolist() == [2, 0, 4]
+    assert ragged[0].tolist() == [1, 2] and ragged[1].tolist() == [] and ragged[-1].tolist() == [3, 4, 5, 6]
+    assert ragged.tolist() == [[1, 2], [], [3, 4, 5, 6]]
+    assert [row.tolist() for row in ragged] == ragged.tolist()
+    with pytest.raises(IndexError):
+        ragged[3]
+
+
+def test_slices(ragged: Ragged) -> None:
+    assert ragged[1:].tolist() == [[], [3, 4, 5, 6]]
+    assert ragged[1:].offsets.tolist() == [0, 0, 4]
+    assert ragged[::2].tolist() == [[1, 2], [3, 4, 5, 6]]
+    assert ragged[2:1].tolist() == []
+
+
+def test_padding_and_nested(ragged: Ragged) -> None:
+    assert ragged.to_padded(-1).tolist() == [[1, 2, -1, -1], [-1, -1, -1, -1], [3, 4, 5, 6]]
+    assert ragged.to_padded(0, length=5).shape == (3, 5)
+    with pytest.raises(ValueError, match="more than length=3"):
+        ragged.to_padded(0, length=3)
+    nested = ragged.to_nested()
+    assert [t.tolist() for t in nested.unbind()] == ragged.tolist()
+
+
+def test_inner_dimensions() -> None:
+    ragged = Ragged.from_rows([torch.ones(2, 3), torch.zeros(1, 3)])
+    assert ragged.values.shape == (3, 3)
+    assert ragged.to_padded(7).shape == (2, 2, 3)
+    assert ragged.to_padded(7)[1, 1].tolist() == [7, 7, 7]
+
+
+def test_validation() -> None:
+    with pytest.raises(ValueError, match="int64"):
+        Ragged(torch.tensor([1]), torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match="end at len"):
+        Ragged(torch.tensor([1, 2]), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="never decrease"):
+        Ragged(torch.tensor([1, 2]), torch.tensor([0, 2, 1, 2]))
+    assert len(Ragged.from_rows([], dtype=torch.int64)) == 0
+
+
+def test_equality_and_to(ragged: Ragged) -> None:
+    assert ragged == Ragged.from_rows(
+        [torch.tensor([1, 2]), torch.tensor([], dtype=torch.int64), torch.tensor([3, 4, 5, 6])]
+    )
+    assert ragged != ragged.to(torch.float32)
+    assert ragged.to(torch.float32).values.dtype == torch.float32
