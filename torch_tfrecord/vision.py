@@ -55,6 +55,12 @@ def image_backend() -> Literal["torchvision", "pillow"]:
     raise ImportError(f"decoding images needs {wanted}: pip install 'torch-tfrecord[vision]'")
 
 
+def _luma(rgb: torch.Tensor) -> torch.Tensor:
+    """Grey levels from uint8 RGB with Pillow's ITU-R 601-2 fixed-point formula, so both backends agree."""
+    r, g, b = rgb.to(torch.int32)
+    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).to(torch.uint8)[None]
+
+
 def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
     """Decodes JPEG / PNG / ... bytes to a uint8 ``[channels, height, width]`` tensor.
 
@@ -66,17 +72,23 @@ def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
         ImportError: no image library is installed.
         Exception: the library's own error for bytes that are not an image.
     """
+    is_jpeg = data[:3] == b"\xff\xd8\xff"
     if image_backend() == "torchvision":
         tvio = _torchvision_io()
-        read_mode = {
-            "RGB": tvio.ImageReadMode.RGB,
-            "L": tvio.ImageReadMode.GRAY,
-            "unchanged": tvio.ImageReadMode.UNCHANGED,
-        }[mode]
         encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        return tvio.decode_image(encoded, mode=read_mode)  # type: ignore[no-any-return]
+        if mode == "unchanged":
+            return tvio.decode_image(encoded, mode=tvio.ImageReadMode.UNCHANGED)  # type: ignore[no-any-return]
+        if mode == "L" and is_jpeg:
+            return tvio.decode_image(encoded, mode=tvio.ImageReadMode.GRAY)  # type: ignore[no-any-return]
+        rgb = tvio.decode_image(encoded, mode=tvio.ImageReadMode.RGB)
+        # Grey from RGB with Pillow's formula (libpng's differs by a level here and there).
+        return rgb if mode == "RGB" else _luma(rgb)
     pil = _pillow()
     with pil.open(io.BytesIO(data)) as image:
+        if mode == "L" and is_jpeg:
+            # Decode the luma plane directly, as libjpeg does for torchvision's GRAY mode; a
+            # decode to RGB and back differs by a few levels where chroma is subsampled.
+            image.draft("L", image.size)
         if mode != "unchanged":
             image = image.convert(mode)
         array = np.asarray(image)
