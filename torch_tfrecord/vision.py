@@ -58,7 +58,8 @@ def image_backend() -> Literal["torchvision", "pillow"]:
 def _luma(rgb: torch.Tensor) -> torch.Tensor:
     """Grey levels from uint8 RGB with Pillow's ITU-R 601-2 fixed-point formula, so both backends agree."""
     r, g, b = rgb.to(torch.int32)
-    return ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).to(torch.uint8)[None]
+    grey: torch.Tensor = (r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16
+    return grey.to(torch.uint8)[None]
 
 
 def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
@@ -80,7 +81,7 @@ def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
             return tvio.decode_image(encoded, mode=tvio.ImageReadMode.UNCHANGED)  # type: ignore[no-any-return]
         if mode == "L" and is_jpeg:
             return tvio.decode_image(encoded, mode=tvio.ImageReadMode.GRAY)  # type: ignore[no-any-return]
-        rgb = tvio.decode_image(encoded, mode=tvio.ImageReadMode.RGB)
+        rgb: torch.Tensor = tvio.decode_image(encoded, mode=tvio.ImageReadMode.RGB)
         # Grey from RGB with Pillow's formula (libpng's differs by a level here and there).
         return rgb if mode == "RGB" else _luma(rgb)
     pil = _pillow()
