@@ -23,7 +23,7 @@ from .errors import (
     FeatureTypeError,
     MissingFeatureError,
 )
-from .proto import Example, SequenceExample
+from .proto import BytesList, Example, FloatList, Int64List, SequenceExample
 from .ragged import Ragged
 from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind, normalize_spec
 
@@ -40,6 +40,95 @@ Locations = Sequence[str] | None
 _NUMPY_OF_KIND = {"int64_list": np.int64, "float_list": np.float32}
 _VALUES = {kind: operator.attrgetter(f"{kind}.value") for kind in ("int64_list", "float_list", "bytes_list")}
 _KIND_WORDS = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes", None: "no values"}
+
+
+_EMPTY: tuple[()] = ()  # a Feature with no list set: zero values of any type
+
+
+def _count(values: Any) -> int:
+    """Number of values in a list message, a list of values, ``()`` or None."""
+    if values is None:
+        return 0
+    inner = getattr(values, "value", values)
+    return len(inner)
+
+
+def _default_message(kind: str, default: tuple[Any, ...]) -> Any:
+    """A list message holding a spec's default, to stand in for a missing feature."""
+    message = {"int64_list": Int64List, "float_list": FloatList, "bytes_list": BytesList}[kind]()
+    message.value.extend([int(v) for v in default] if kind == "int64_list" else default)
+    return message
+
+
+def _packed_payload(serialized: bytes, count: int, kind: str) -> memoryview | None:
+    """The packed values inside a re-serialized FloatList / Int64List, or None if not that shape.
+
+    upb writes repeated scalars packed (proto3): one field-1 record whose payload is the raw
+    little-endian float32s or the varints, so NumPy can take them without a Python object per
+    value. Anything else (unknown fields kept from the input) returns None: the slow path.
+    """
+    if not serialized:
+        return memoryview(b"") if count == 0 else None
+    if serialized[0] != 0x0A:
+        return None
+    length = 0
+    shift = 0
+    position = 1
+    while position < len(serialized) and position <= 10:
+        byte = serialized[position]
+        length |= (byte & 0x7F) << shift
+        position += 1
+        if byte < 0x80:
+            break
+        shift += 7
+    if position + length != len(serialized) or (kind == "float_list" and length != 4 * count):
+        return None
+    return memoryview(serialized)[position:]
+
+
+def _decode_varints(data: bytes, count: int) -> np.ndarray[Any, Any] | None:
+    """Vectorised decode of ``count`` concatenated varints as int64, or None if they are not that."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    ends = np.flatnonzero(raw < 0x80)
+    if len(ends) != count or (len(raw) and ends[-1] != len(raw) - 1):
+        return None
+    if count == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.empty_like(ends)
+    starts[0] = 0
+    starts[1:] = ends[:-1] + 1
+    lengths = ends - starts + 1
+    if lengths.max() > 10:
+        return None
+    position = np.arange(len(raw), dtype=np.int64) - np.repeat(starts, lengths)
+    parts = (raw & 0x7F).astype(np.uint64) << (position.astype(np.uint64) * np.uint64(7))
+    return np.add.reduceat(parts, starts).view(np.int64)
+
+
+def _numeric_values(lists: Sequence[Any], kind: str, total: int) -> np.ndarray[Any, Any]:
+    """All values of numeric list messages (or value lists), concatenated, as int64 / float32."""
+    dtype = _NUMPY_OF_KIND[kind]
+    if lists and all(m is None or m is _EMPTY or hasattr(m, "SerializeToString") for m in lists):
+        payloads = []
+        for message in lists:
+            if message is None or message is _EMPTY:
+                continue
+            payload = _packed_payload(message.SerializeToString(), len(message.value), kind)
+            if payload is None:
+                break
+            payloads.append(payload)
+        else:
+            joined = b"".join(payloads)
+            if kind == "float_list":
+                return np.frombuffer(joined, dtype="<f4", count=total).astype(np.float32, copy=True)
+            decoded = _decode_varints(joined, total)
+            if decoded is not None:
+                return decoded
+    return np.fromiter(
+        (x for values in lists if values is not None for x in getattr(values, "value", values)),
+        dtype=dtype,
+        count=total,
+    )
 
 
 def _where(locations: Locations, i: int) -> str:
@@ -137,18 +226,20 @@ class _Column:
         )
 
     def lists(self, maps: Sequence[Any], kind: str) -> list[Any]:
-        """Per record, the repeated values (None where the key is missing)."""
+        """Per record, the list message (Int64List ...), ``()`` for a Feature with no list set,
+        or None where the key is missing."""
         key, spec, locations = self.key, self.spec, self.locations
         out: list[Any] = []
         append = out.append
-        getter = _VALUES[kind]
         for i, fmap in enumerate(maps):
             if key in fmap:
                 feature = fmap[key]
-                if feature.WhichOneof("kind") == kind:
-                    append(getter(feature))
+                which = feature.WhichOneof("kind")
+                if which == kind:
+                    append(getattr(feature, kind))
                 else:
-                    append(_values_of(key, feature, kind, spec, locations, i))
+                    _values_of(key, feature, kind, spec, locations, i)  # raises unless empty
+                    append(_EMPTY)
             else:
                 append(None)
         return out
@@ -158,19 +249,21 @@ def _decode_fixed(column: _Column, spec: FixedLen, maps: Sequence[Any]) -> Any:
     kind = list_kind(spec.dtype)
     numel = math.prod(spec.shape)
     lists = column.lists(maps, kind)
-    for i, values in enumerate(lists):
-        if values is None:
+    default = None
+    for i, message in enumerate(lists):
+        if message is None:
             if spec.default is None:
                 raise column.missing(i)
-            lists[i] = spec.default
-        elif len(values) != numel:
-            raise column.wrong_count(i, f"{numel} values for shape {spec.shape}", len(values))
+            if default is None:
+                default = _default_message(kind, spec.default)
+            lists[i] = default
+        elif _count(message) != numel:
+            raise column.wrong_count(i, f"{numel} values for shape {spec.shape}", _count(message))
     if kind == "bytes_list":
-        rows = [list(v) for v in lists] if spec.dtype is bytes else _decode_str(column, lists)
-        return [row[0] for row in rows] if spec.shape == () else rows
-    flat = np.fromiter(
-        (x for values in lists for x in values), dtype=_NUMPY_OF_KIND[kind], count=numel * len(lists)
-    )
+        values = [list(m.value) if m is not _EMPTY else [] for m in lists]
+        rows = values if spec.dtype is bytes else _decode_str(column, values)
+        return [row[0] for row in rows] if spec.shape is _EMPTY else rows
+    flat = _numeric_values(lists, kind, numel * len(lists))
     tensor = _cast(column.key, flat, spec.dtype, lambda p: _where(column.locations, p // max(numel, 1)))
     return tensor.reshape(len(lists), *spec.shape)
 
@@ -193,8 +286,9 @@ def _decode_str(column: _Column, lists: Sequence[Any]) -> list[list[str]]:
 def _flatten_ragged(
     column: _Column, lists: Sequence[Any], kind: str, dtype: Any, inner: tuple[int, ...]
 ) -> Ragged:
+    """``lists``: per record a list message (or ``()`` / None for none), or a list of values."""
     numel = math.prod(inner)
-    lengths = np.fromiter((0 if v is None else len(v) for v in lists), dtype=np.int64, count=len(lists))
+    lengths = np.fromiter((_count(v) for v in lists), dtype=np.int64, count=len(lists))
     if numel != 1:
         bad = np.flatnonzero(lengths % max(numel, 1)) if numel else np.flatnonzero(lengths)
         if len(bad):
@@ -204,11 +298,7 @@ def _flatten_ragged(
             )
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = np.fromiter(
-        (x for values in lists if values is not None for x in values),
-        dtype=_NUMPY_OF_KIND[kind],
-        count=int(offsets[-1]),
-    )
+    flat = _numeric_values(lists, kind, int(offsets[-1]))
     values = _cast(column.key, flat, dtype, _record_of_flat(offsets, column.locations))
     rows = offsets // max(numel, 1) if numel else np.zeros_like(offsets)
     return Ragged(values.reshape(-1, *inner), torch.from_numpy(rows))
@@ -222,8 +312,8 @@ def _decode_varlen(column: _Column, spec: VarLen | FixedLenSequence, maps: Seque
             if values is None:
                 raise column.missing(i)
     if kind == "bytes_list":
-        present = [() if v is None else v for v in lists]
-        return [list(v) for v in present] if spec.dtype is bytes else _decode_str(column, present)
+        present = [[] if m is None or m is _EMPTY else list(m.value) for m in lists]
+        return present if spec.dtype is bytes else _decode_str(column, present)
     inner = spec.shape if isinstance(spec, FixedLenSequence) else ()
     return _flatten_ragged(column, lists, kind, spec.dtype, inner)
 
@@ -246,9 +336,10 @@ def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
     lists = column.lists(maps, "bytes_list")
     itemsize = torch.empty((), dtype=spec.dtype).element_size()
     tensors = []
-    for i, values in enumerate(lists):
-        if values is None:
+    for i, message in enumerate(lists):
+        if message is None:
             raise column.missing(i)
+        values: Any = message.value if message is not _EMPTY else ()
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one bytes value", len(values))
         data = values[0]
@@ -277,9 +368,10 @@ def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[tor
 
     lists = column.lists(maps, "bytes_list")
     images = []
-    for i, values in enumerate(lists):
-        if values is None:
+    for i, message in enumerate(lists):
+        if message is None:
             raise column.missing(i)
+        values: Any = message.value if message is not _EMPTY else ()
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one encoded image", len(values))
         try:
@@ -435,7 +527,7 @@ def _decode_feature_lists(
             rows = [[list(step) for step in steps] for steps in steps_per_record]
             if feature_spec.dtype is str:
                 rows = [_decode_str(column, steps) for steps in rows]
-            sequences[key] = [[step[0] for step in steps] for steps in rows] if inner == () else rows
+            sequences[key] = [[step[0] for step in steps] for steps in rows] if inner is _EMPTY else rows
         elif inner is not None:
             flat = [[x for step in steps for x in step] for steps in steps_per_record]
             sequences[key] = _flatten_ragged(column, flat, kind, feature_spec.dtype, inner)
