@@ -105,30 +105,39 @@ def _decode_varints(data: bytes, count: int) -> np.ndarray[Any, Any] | None:
     return np.add.reduceat(parts, starts).view(np.int64)
 
 
-def _numeric_values(lists: Sequence[Any], kind: str, total: int) -> np.ndarray[Any, Any]:
-    """All values of numeric list messages (or value lists), concatenated, as int64 / float32."""
+# Lists at least this long on average go through their packed bytes: below it, a Python object
+# per value is cheaper than a serialization call per record.
+_PACKED_MIN_AVERAGE = 48
+
+
+def _numeric_values(
+    lists: Sequence[Any], kind: str, total: int, messages: bool = True
+) -> np.ndarray[Any, Any]:
+    """All values of numeric list messages (or, with ``messages=False``, value sequences),
+    concatenated, as int64 / float32."""
     dtype = _NUMPY_OF_KIND[kind]
-    if lists and all(m is None or m is _EMPTY or hasattr(m, "SerializeToString") for m in lists):
+    present = [m for m in lists if m is not None and m is not _EMPTY]
+    if not messages:
+        return np.fromiter((x for values in present for x in values), dtype=dtype, count=total)
+    if present and total >= _PACKED_MIN_AVERAGE * len(present):
         payloads = []
-        for message in lists:
-            if message is None or message is _EMPTY:
-                continue
+        for message in present:
             payload = _packed_payload(message.SerializeToString(), len(message.value), kind)
             if payload is None:
                 break
             payloads.append(payload)
         else:
-            joined = b"".join(payloads)
+            joined = bytearray().join(payloads)  # writable: the tensor can own it without a copy
             if kind == "float_list":
-                return np.frombuffer(joined, dtype="<f4", count=total).astype(np.float32, copy=True)
+                return np.frombuffer(joined, dtype="<f4", count=total).astype(np.float32, copy=False)
             decoded = _decode_varints(joined, total)
             if decoded is not None:
                 return decoded
-    return np.fromiter(
-        (x for values in lists if values is not None for x in getattr(values, "value", values)),
-        dtype=dtype,
-        count=total,
-    )
+    flat: list[Any] = []
+    extend = flat.extend
+    for message in present:
+        extend(message.value)
+    return np.array(flat, dtype=dtype) if flat else np.zeros(0, dtype=dtype)
 
 
 def _where(locations: Locations, i: int) -> str:
@@ -284,7 +293,12 @@ def _decode_str(column: _Column, lists: Sequence[Any]) -> list[list[str]]:
 
 
 def _flatten_ragged(
-    column: _Column, lists: Sequence[Any], kind: str, dtype: Any, inner: tuple[int, ...]
+    column: _Column,
+    lists: Sequence[Any],
+    kind: str,
+    dtype: Any,
+    inner: tuple[int, ...],
+    messages: bool = True,
 ) -> Ragged:
     """``lists``: per record a list message (or ``()`` / None for none), or a list of values."""
     numel = math.prod(inner)
@@ -298,7 +312,7 @@ def _flatten_ragged(
             )
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    flat = _numeric_values(lists, kind, int(offsets[-1]))
+    flat = _numeric_values(lists, kind, int(offsets[-1]), messages)
     values = _cast(column.key, flat, dtype, _record_of_flat(offsets, column.locations))
     rows = offsets // max(numel, 1) if numel else np.zeros_like(offsets)
     return Ragged(values.reshape(-1, *inner), torch.from_numpy(rows))
@@ -530,10 +544,11 @@ def _decode_feature_lists(
             sequences[key] = [[step[0] for step in steps] for steps in rows] if inner is _EMPTY else rows
         elif inner is not None:
             flat = [[x for step in steps for x in step] for steps in steps_per_record]
-            sequences[key] = _flatten_ragged(column, flat, kind, feature_spec.dtype, inner)
+            sequences[key] = _flatten_ragged(column, flat, kind, feature_spec.dtype, inner, messages=False)
         else:
             sequences[key] = [
-                _flatten_ragged(column, steps, kind, feature_spec.dtype, ()) for steps in steps_per_record
+                _flatten_ragged(column, steps, kind, feature_spec.dtype, (), messages=False)
+                for steps in steps_per_record
             ]
     return sequences, lengths
 
