@@ -86,7 +86,7 @@ def _packed_payload(serialized: bytes, count: int, kind: str) -> memoryview | No
     return memoryview(serialized)[position:]
 
 
-def _decode_varints(data: bytes, count: int) -> np.ndarray[Any, Any] | None:
+def _decode_varints(data: bytes | bytearray, count: int) -> np.ndarray[Any, Any] | None:
     """Vectorised decode of ``count`` concatenated varints as int64, or None if they are not that."""
     raw = np.frombuffer(data, dtype=np.uint8)
     ends = np.flatnonzero(raw < 0x80)
