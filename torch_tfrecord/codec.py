@@ -38,26 +38,27 @@ SpecArg = Mapping[str, Any] | None
 Locations = Sequence[str] | None
 
 _NUMPY_OF_KIND = {"int64_list": np.int64, "float_list": np.float32}
-_VALUES = {kind: operator.attrgetter(f"{kind}.value") for kind in ("int64_list", "float_list", "bytes_list")}
+_KINDS = ("int64_list", "float_list", "bytes_list")
+_VALUES = {kind: operator.attrgetter(f"{kind}.value") for kind in _KINDS}
+_LISTS = {kind: operator.attrgetter(kind) for kind in _KINDS}
 _KIND_WORDS = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes", None: "no values"}
 
 
 _EMPTY: tuple[()] = ()  # a Feature with no list set: zero values of any type
 
 
-def _count(values: Any) -> int:
-    """Number of values in a list message, a list of values, ``()`` or None."""
-    if values is None:
+def _count(values: Any, messages: bool) -> int:
+    """Number of values in an entry of :meth:`_Column.lists`."""
+    if values is None or values is _EMPTY:
         return 0
-    inner = getattr(values, "value", values)
-    return len(inner)
+    return len(values.value if messages else values)
 
 
-def _default_message(kind: str, default: tuple[Any, ...]) -> Any:
-    """A list message holding a spec's default, to stand in for a missing feature."""
+def _default_entry(kind: str, default: tuple[Any, ...], messages: bool) -> Any:
+    """A stand-in for a missing feature holding a spec's default: a list message or its values."""
     message = {"int64_list": Int64List, "float_list": FloatList, "bytes_list": BytesList}[kind]()
     message.value.extend([int(v) for v in default] if kind == "int64_list" else default)
-    return message
+    return message if messages else message.value
 
 
 def _packed_payload(serialized: bytes, count: int, kind: str) -> memoryview | None:
@@ -110,16 +111,12 @@ def _decode_varints(data: bytes | bytearray, count: int) -> np.ndarray[Any, Any]
 _PACKED_MIN_AVERAGE = 48
 
 
-def _numeric_values(
-    lists: Sequence[Any], kind: str, total: int, messages: bool = True
-) -> np.ndarray[Any, Any]:
-    """All values of numeric list messages (or, with ``messages=False``, value sequences),
-    concatenated, as int64 / float32."""
+def _numeric_values(lists: Sequence[Any], kind: str, total: int, messages: bool) -> np.ndarray[Any, Any]:
+    """All values of the entries of :meth:`_Column.lists` (list messages with ``messages``,
+    else value sequences), concatenated, as int64 / float32."""
     dtype = _NUMPY_OF_KIND[kind]
     present = [m for m in lists if m is not None and m is not _EMPTY]
-    if not messages:
-        return np.fromiter((x for values in present for x in values), dtype=dtype, count=total)
-    if present and total >= _PACKED_MIN_AVERAGE * len(present):
+    if messages:
         payloads = []
         for message in present:
             payload = _packed_payload(message.SerializeToString(), len(message.value), kind)
@@ -133,10 +130,11 @@ def _numeric_values(
             decoded = _decode_varints(joined, total)
             if decoded is not None:
                 return decoded
+        present = [message.value for message in present]
     flat: list[Any] = []
     extend = flat.extend
-    for message in present:
-        extend(message.value)
+    for values in present:
+        extend(values)
     return np.array(flat, dtype=dtype) if flat else np.zeros(0, dtype=dtype)
 
 
@@ -234,18 +232,21 @@ class _Column:
             record=_where(self.locations, i),
         )
 
-    def lists(self, maps: Sequence[Any], kind: str) -> list[Any]:
-        """Per record, the list message (Int64List ...), ``()`` for a Feature with no list set,
-        or None where the key is missing."""
+    def lists(self, maps: Sequence[Any], kind: str, messages: bool = False) -> list[Any]:
+        """Per record: the repeated values (or, with ``messages``, the Int64List / FloatList /
+        BytesList message), ``_EMPTY`` for a Feature with no values, None where the key is missing."""
         key, spec, locations = self.key, self.spec, self.locations
+        getter = _LISTS[kind] if messages else _VALUES[kind]
         out: list[Any] = []
         append = out.append
         for i, fmap in enumerate(maps):
             if key in fmap:
                 feature = fmap[key]
-                which = feature.WhichOneof("kind")
-                if which == kind:
-                    append(getattr(feature, kind))
+                got = getter(feature)
+                # Non-empty values can only come from the set member of the oneof; an empty
+                # result needs a look at which member is set (another type is an error).
+                if got.value if messages else got:
+                    append(got)
                 else:
                     _values_of(key, feature, kind, spec, locations, i)  # raises unless empty
                     append(_EMPTY)
@@ -257,22 +258,26 @@ class _Column:
 def _decode_fixed(column: _Column, spec: FixedLen, maps: Sequence[Any]) -> Any:
     kind = list_kind(spec.dtype)
     numel = math.prod(spec.shape)
-    lists = column.lists(maps, kind)
+    messages = kind != "bytes_list" and numel >= _PACKED_MIN_AVERAGE
+    lists = column.lists(maps, kind, messages)
     default = None
-    for i, message in enumerate(lists):
-        if message is None:
+    for i, entry in enumerate(lists):
+        if entry is None:
             if spec.default is None:
                 raise column.missing(i)
             if default is None:
-                default = _default_message(kind, spec.default)
+                default = _default_entry(kind, spec.default, messages)
             lists[i] = default
-        elif _count(message) != numel:
-            raise column.wrong_count(i, f"{numel} values for shape {spec.shape}", _count(message))
+        elif entry is _EMPTY:
+            if numel:
+                raise column.wrong_count(i, f"{numel} values for shape {spec.shape}", 0)
+        elif len(entry.value if messages else entry) != numel:
+            raise column.wrong_count(i, f"{numel} values for shape {spec.shape}", _count(entry, messages))
     if kind == "bytes_list":
-        values = [list(m.value) if m is not _EMPTY else [] for m in lists]
+        values = [list(v) if v is not _EMPTY else [] for v in lists]
         rows = values if spec.dtype is bytes else _decode_str(column, values)
-        return [row[0] for row in rows] if spec.shape is _EMPTY else rows
-    flat = _numeric_values(lists, kind, numel * len(lists))
+        return [row[0] for row in rows] if spec.shape == () else rows
+    flat = _numeric_values(lists, kind, numel * len(lists), messages)
     tensor = _cast(column.key, flat, spec.dtype, lambda p: _where(column.locations, p // max(numel, 1)))
     return tensor.reshape(len(lists), *spec.shape)
 
@@ -302,7 +307,7 @@ def _flatten_ragged(
 ) -> Ragged:
     """``lists``: per record a list message (or ``()`` / None for none), or a list of values."""
     numel = math.prod(inner)
-    lengths = np.fromiter((_count(v) for v in lists), dtype=np.int64, count=len(lists))
+    lengths = np.fromiter((_count(v, messages) for v in lists), dtype=np.int64, count=len(lists))
     if numel != 1:
         bad = np.flatnonzero(lengths % max(numel, 1)) if numel else np.flatnonzero(lengths)
         if len(bad):
@@ -326,10 +331,14 @@ def _decode_varlen(column: _Column, spec: VarLen | FixedLenSequence, maps: Seque
             if values is None:
                 raise column.missing(i)
     if kind == "bytes_list":
-        present = [[] if m is None or m is _EMPTY else list(m.value) for m in lists]
+        present = [[] if v is None or v is _EMPTY else list(v) for v in lists]
         return present if spec.dtype is bytes else _decode_str(column, present)
     inner = spec.shape if isinstance(spec, FixedLenSequence) else ()
-    return _flatten_ragged(column, lists, kind, spec.dtype, inner)
+    total = sum(_count(v, False) for v in lists)
+    if total >= _PACKED_MIN_AVERAGE * max(1, sum(v is not None and v is not _EMPTY for v in lists)):
+        # Long lists: fetch the list messages again, to go through their packed bytes.
+        return _flatten_ragged(column, column.lists(maps, kind, messages=True), kind, spec.dtype, inner)
+    return _flatten_ragged(column, lists, kind, spec.dtype, inner, messages=False)
 
 
 def _scalar_int(column: _Column, fmap: Any, name: str, i: int) -> int:
@@ -350,10 +359,9 @@ def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
     lists = column.lists(maps, "bytes_list")
     itemsize = torch.empty((), dtype=spec.dtype).element_size()
     tensors = []
-    for i, message in enumerate(lists):
-        if message is None:
+    for i, values in enumerate(lists):
+        if values is None:
             raise column.missing(i)
-        values: Any = message.value if message is not _EMPTY else ()
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one bytes value", len(values))
         data = values[0]
@@ -382,10 +390,9 @@ def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[tor
 
     lists = column.lists(maps, "bytes_list")
     images = []
-    for i, message in enumerate(lists):
-        if message is None:
+    for i, values in enumerate(lists):
+        if values is None:
             raise column.missing(i)
-        values: Any = message.value if message is not _EMPTY else ()
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one encoded image", len(values))
         try:
@@ -541,7 +548,7 @@ def _decode_feature_lists(
             rows = [[list(step) for step in steps] for steps in steps_per_record]
             if feature_spec.dtype is str:
                 rows = [_decode_str(column, steps) for steps in rows]
-            sequences[key] = [[step[0] for step in steps] for steps in rows] if inner is _EMPTY else rows
+            sequences[key] = [[step[0] for step in steps] for steps in rows] if inner == () else rows
         elif inner is not None:
             flat = [[x for step in steps for x in step] for steps in steps_per_record]
             sequences[key] = _flatten_ragged(column, flat, kind, feature_spec.dtype, inner, messages=False)
