@@ -224,6 +224,11 @@ class _Column:
             record=_where(self.locations, i),
         )
 
+    def type_error(self, i: int, detail: str) -> FeatureTypeError:
+        """``feature 'key' of <record><detail>``, as a FeatureTypeError."""
+        where = _where(self.locations, i)
+        return FeatureTypeError(f"feature {self.key!r} of {where}{detail}", key=self.key, record=where)
+
     def wrong_count(self, i: int, expected: str, found: int) -> FeatureShapeError:
         return FeatureShapeError(
             f"feature {self.key!r} of {_where(self.locations, i)}: {self.spec!r} expects {expected}, "
@@ -288,12 +293,7 @@ def _decode_str(column: _Column, lists: Sequence[Any]) -> list[list[str]]:
         try:
             rows.append([v if isinstance(v, str) else v.decode("utf-8") for v in values])
         except UnicodeDecodeError as error:
-            raise FeatureTypeError(
-                f"feature {column.key!r} of {_where(column.locations, i)}: "
-                f"bytes are not UTF-8 text ({error})",
-                key=column.key,
-                record=_where(column.locations, i),
-            ) from None
+            raise column.type_error(i, f": bytes are not UTF-8 text ({error})") from None
     return rows
 
 
@@ -400,12 +400,8 @@ def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[tor
         except FeatureError:
             raise
         except Exception as error:  # a codec's own error type: say which record and key
-            raise FeatureTypeError(
-                f"feature {column.key!r} of {_where(column.locations, i)} is not a decodable image "
-                f"({len(values[0])} bytes, starting {bytes(values[0][:8])!r}): {error}",
-                key=column.key,
-                record=_where(column.locations, i),
-            ) from error
+            detail = f" is not a decodable image ({len(values[0])} bytes, starting {bytes(values[0][:8])!r})"
+            raise column.type_error(i, f"{detail}: {error}") from error
     return images
 
 
