@@ -65,3 +65,18 @@ def test_expand_sources(tmp_path: Path) -> None:
         expand_sources(tmp_path / "empty")
     with pytest.raises(FileNotFoundError):
         expand_sources([tmp_path / "nope"])
+
+
+def test_missing_files_are_source_not_found(tmp_path: Path) -> None:
+    import torch_tfrecord as tt
+
+    missing = tmp_path / "missing.tfrecord"
+    for call in [
+        lambda: list(tt.read_records(missing)),
+        lambda: list(tt.read_records(missing, compression=None)),
+        lambda: tt.build_index(missing),
+        lambda: tt.load_index(tmp_path / "missing.idx"),
+        lambda: tt.count_records(missing),
+    ]:
+        with pytest.raises(SourceNotFoundError, match="missing"):
+            call()

@@ -90,6 +90,14 @@ def test_not_an_image_names_key_and_record() -> None:
         tt.decode_batch([record], {"img": tt.Image()})
 
 
+def test_no_image_library_is_an_import_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vision, "_torchvision_io", lambda: None)
+    monkeypatch.setattr(vision, "_pillow", lambda: None)
+    record = tt.encode_example({"img": tt.BytesList([b"\x89PNG"])})
+    with pytest.raises(ImportError, match=r"torch-tfrecord\[vision\]"):
+        tt.decode_batch([record], {"img": tt.Image()})
+
+
 def test_backend_override_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCH_TFRECORD_IMAGE_BACKEND", "opencv")
     with pytest.raises(ValueError, match="TORCH_TFRECORD_IMAGE_BACKEND"):

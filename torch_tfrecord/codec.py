@@ -386,8 +386,9 @@ def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
 
 
 def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[torch.Tensor]:
-    from .vision import decode_image
+    from .vision import decode_image, image_backend
 
+    image_backend()  # no image library: an ImportError naming the extra, not "not an image"
     lists = column.lists(maps, "bytes_list")
     images = []
     for i, values in enumerate(lists):

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from ._atomic import atomic_write
 from .errors import IndexFormatError, StaleIndexError
 from .framing import FRAME_OVERHEAD
-from .io import PathLike, file_size, resolve_compression
+from .io import PathLike, file_size, open_binary, resolve_compression
 from .reader import read_framed_sizes, read_records
 
 __all__ = [
@@ -141,7 +141,7 @@ def load_index(index_path: PathLike, *, data_path: PathLike | None = None) -> np
         IndexFormatError: a line is not two non-negative integers.
         StaleIndexError: with ``data_path``, the index does not describe that file.
     """
-    with open(index_path, "rb") as f:
+    with open_binary(index_path) as f:
         data = f.read()
     table = decode_index(data, index_path)
     if data_path is not None:

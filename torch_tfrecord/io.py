@@ -24,6 +24,7 @@ __all__ = [
     "detect_compression",
     "expand_sources",
     "file_size",
+    "open_binary",
     "open_records_stream",
     "resolve_compression",
 ]
@@ -75,7 +76,7 @@ def resolve_compression(compression: CompressionArg, path: PathLike) -> Compress
         return compression  # type: ignore[return-value]
     if compression != "auto":
         raise ValueError(f"{compression=} must be 'auto', 'gzip', 'zlib' or None")
-    with open(path, "rb") as f:
+    with open_binary(path) as f:
         head = f.read(16)
     return detect_compression(head, path)
 
@@ -127,7 +128,22 @@ def expand_sources(sources: PathLike | Iterable[PathLike]) -> list[str]:
 
 def file_size(path: PathLike) -> int:
     """Size of the file at ``path`` in bytes."""
-    return os.stat(path).st_size
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such file: {os.fspath(path)!r}") from None
+
+
+def open_binary(path: PathLike) -> BinaryIO:
+    """Opens a file for reading, unbuffered; a missing file is a :class:`SourceNotFoundError`.
+
+    Raises:
+        SourceNotFoundError: no file at ``path`` (also a FileNotFoundError).
+    """
+    try:
+        return open(path, "rb", buffering=0)
+    except FileNotFoundError:
+        raise SourceNotFoundError(f"no such file: {os.fspath(path)!r}") from None
 
 
 class _DecompressingReader(io.RawIOBase):
@@ -199,7 +215,7 @@ def open_records_stream(path: PathLike, compression: Compression) -> Iterator[Bi
     Yields:
         A binary stream positioned at the start of the (uncompressed) records.
     """
-    raw = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, through the stream)
+    raw = open_binary(path)
     stream: BinaryIO = (
         raw if compression is None else _DecompressingReader(raw, compression)  # type: ignore[assignment]
     )
