@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -37,8 +37,15 @@ class InferredSpec(dict[str, FeatureSpec]):
         return "{\n" + "\n".join(lines) + "\n}" if lines else "{}"
 
 
-def infer_spec_from_records(records: Iterable[bytes]) -> InferredSpec:
-    """Proposes a spec for serialized Examples; see :func:`infer_spec`."""
+def infer_spec_from_records(
+    records: Iterable[bytes], *, describe: Callable[[int], str] = lambda n: f"record {n}"
+) -> InferredSpec:
+    """Proposes a spec for serialized Examples; see :func:`infer_spec`.
+
+    Args:
+        records: serialized Examples.
+        describe: names the n-th record in error messages.
+    """
     seen: dict[str, _Seen] = {}
     total = 0
     for number, record in enumerate(records):
@@ -46,15 +53,15 @@ def infer_spec_from_records(records: Iterable[bytes]) -> InferredSpec:
         try:
             example = Example.FromString(record)
         except DecodeError as error:
-            raise ExampleDecodeError(f"record {number} is not a serialized Example: {error}") from None
+            raise ExampleDecodeError(f"{describe(number)} is not a serialized Example: {error}") from None
         for key, feature in example.features.feature.items():
             entry = seen.setdefault(key, _Seen())
             which = feature.WhichOneof("kind")
             if which is not None and entry.kind is not None and which != entry.kind:
                 raise FeatureTypeError(
-                    f"feature {key!r} holds {which} in record {number} but {entry.kind} before",
+                    f"feature {key!r} holds {which} in {describe(number)} but {entry.kind} before",
                     key=key,
-                    record=f"record {number}",
+                    record=describe(number),
                 )
             entry.kind = entry.kind or which
             values: Any = getattr(feature, which).value if which else ()
@@ -98,13 +105,16 @@ def infer_spec(paths: PathLike | Sequence[PathLike], max_records: int = 1000) ->
     if max_records < 1:
         raise ValueError(f"{max_records=} must be positive")
 
+    origins: list[tuple[str, int]] = []  # (file, record number in it), for error messages
+
     def records() -> Iterable[bytes]:
-        count = 0
         for path in expand_sources(paths):
-            for record in read_records(path):
+            for number, record in enumerate(read_records(path)):
+                origins.append((path, number))
                 yield record
-                count += 1
-                if count >= max_records:
+                if len(origins) >= max_records:
                     return
 
-    return infer_spec_from_records(records())
+    return infer_spec_from_records(
+        records(), describe=lambda n: f"record {origins[n][1]} of {origins[n][0]!r}"
+    )
