@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -54,7 +53,3 @@ def write_raw(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    os.environ.setdefault("PYTHONHASHSEED", "0")
