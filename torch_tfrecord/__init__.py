@@ -1,7 +1,9 @@
 """torch-tfrecord: read and write TFRecord files in PyTorch, with no TensorFlow."""
 
+from ._pipeline import PADDING_KEY, RECORD_ID_KEY
 from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
-from .collate import collate
+from .collate import collate, split_batch
+from .dataset import IndexedTFRecordDataset, TFRecordDataset
 from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
 from .errors import (
     CompressedIndexError,
@@ -26,6 +28,7 @@ from .index import (
     load_index,
     save_index,
 )
+from .order import EpochPlan
 from .ragged import Ragged
 from .reader import ReadStats, read_records
 from .schema import infer_spec
@@ -35,9 +38,12 @@ from .writer import ExampleWriter, RecordWriter, ShardedWriter
 __version__ = "0.1.0"
 
 __all__ = [
+    "PADDING_KEY",
+    "RECORD_ID_KEY",
     "BytesList",
     "CompressedIndexError",
     "CorruptRecordError",
+    "EpochPlan",
     "ExampleDecodeError",
     "ExampleWriter",
     "FeatureError",
@@ -48,6 +54,7 @@ __all__ = [
     "FloatList",
     "Image",
     "IndexFormatError",
+    "IndexedTFRecordDataset",
     "Int64List",
     "MissingFeatureError",
     "Ragged",
@@ -57,6 +64,7 @@ __all__ = [
     "ShardedWriter",
     "SourceNotFoundError",
     "StaleIndexError",
+    "TFRecordDataset",
     "TFRecordError",
     "TruncatedRecordError",
     "VarLen",
@@ -77,4 +85,5 @@ __all__ = [
     "masked_crc32c",
     "read_records",
     "save_index",
+    "split_batch",
 ]

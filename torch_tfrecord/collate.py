@@ -1,4 +1,4 @@
-"""Collating decoded samples into a batch when the dataset yields one sample at a time."""
+"""Collating decoded samples into a batch, and splitting a decoded batch into samples."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from torch.utils.data import default_collate
 
 from .ragged import Ragged
 
-__all__ = ["collate"]
+__all__ = ["collate", "split_batch"]
 
 
 def _collate_tensors(values: Sequence[torch.Tensor]) -> torch.Tensor | Ragged | list[torch.Tensor]:
@@ -60,3 +60,36 @@ def collate(samples: Sequence[Any]) -> Any:
             else [collate(list(column)) for column in zip(*samples)]
         )
     return default_collate(list(samples))
+
+
+def _rows(column: Any, size: int) -> list[Any]:
+    if isinstance(column, torch.Tensor):
+        # Each sample owns its memory: a view would keep (and send between processes) the batch.
+        return [row.clone() for row in column.unbind(0)]
+    if isinstance(column, Ragged):
+        return [column[i].clone() for i in range(size)]
+    if isinstance(column, list):
+        return column
+    raise TypeError(f"cannot split a batch column of type {type(column).__name__}")
+
+
+def split_batch(batch: Mapping[str, Any], size: int | None = None) -> list[dict[str, Any]]:
+    """The samples of a decoded batch: the inverse of :func:`collate` for decoded columns.
+
+    Args:
+        batch: columns as :func:`decode_batch` returns them.
+        size: the number of samples (needed only when the batch has no column).
+
+    Example:
+        >>> split_batch({"ids": Ragged.from_rows([torch.tensor([1, 2]), torch.tensor([3])])})
+        [{'ids': tensor([1, 2])}, {'ids': tensor([3])}]
+    """
+    if size is None:
+        if not batch:
+            raise ValueError("a batch with no column needs its size")
+        size = len(next(iter(batch.values())))
+    columns = {key: _rows(column, size) for key, column in batch.items()}
+    for key, rows in columns.items():
+        if len(rows) != size:
+            raise ValueError(f"column {key!r} has {len(rows)} rows, expected {size}")
+    return [{key: rows[i] for key, rows in columns.items()} for i in range(size)]

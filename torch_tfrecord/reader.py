@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
+import os
 import struct
 import zlib
 from array import array
@@ -29,7 +30,7 @@ from .errors import (
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, MASK_DELTA, crc32c
 from .io import CompressionArg, PathLike, file_size, open_records_stream, resolve_compression
 
-__all__ = ["OnError", "ReadStats", "read_framed_sizes", "read_records"]
+__all__ = ["OnError", "ReadStats", "read_entries_at", "read_framed_sizes", "read_records"]
 
 logger = logging.getLogger(__name__)
 
@@ -440,6 +441,86 @@ def _read_run(
             )
         yield payload
         position += 1
+
+
+def read_entries_at(
+    fd: int,
+    path: str,
+    size: int,
+    entries: npt.NDArray[np.int64],
+    record_numbers: npt.NDArray[np.int64],
+    *,
+    verify_crc: bool = True,
+) -> list[bytes]:
+    """Reads index entries from an open uncompressed file with positional reads.
+
+    The random-access path of the datasets: no seek state (safe to share a descriptor), one
+    ``pread`` per run of back-to-back entries, bounded by the entries themselves (the caller
+    reads a batch at a time).
+
+    Args:
+        fd: an open file descriptor of ``path``.
+        path: the file's name, for error messages.
+        size: the file's size; an entry past it is a stale index.
+        entries: ``(offset, framed_size)`` rows, in the order wanted.
+        record_numbers: the record number of each entry in its file.
+        verify_crc: check both CRCs of every record.
+
+    Returns:
+        The payloads, in the order of ``entries``.
+
+    Raises:
+        StaleIndexError: an entry does not match the record at its offset.
+        CorruptRecordError: a CRC mismatch.
+    """
+    payloads: list[bytes] = []
+    ends = entries[:, 0] + entries[:, 1]
+    if len(entries) and int(ends.max()) > size:
+        bad = int(np.flatnonzero(ends > size)[0])
+        raise StaleIndexError(
+            f"index entry {tuple(entries[bad].tolist())} for record {record_numbers[bad]} runs past "
+            f"the end of {path!r} ({size} bytes): the index does not describe this file"
+        )
+    unpack_header = _HEADER.unpack_from
+    for first, stop in _coalesce(entries, record_numbers):
+        start = int(entries[first, 0])
+        buffer = os.pread(fd, int(ends[stop - 1]) - start, start)
+        if len(buffer) != int(ends[stop - 1]) - start:
+            raise StaleIndexError(
+                f"{path!r} ended at byte {start + len(buffer)} while reading records "
+                f"{record_numbers[first]}..{record_numbers[stop - 1]}: it shrank since it was indexed"
+            )
+        position = 0
+        for row in range(first, stop):
+            length, length_crc = unpack_header(buffer, position)
+            framed = int(entries[row, 1])
+            offset = start + position
+            span = _Span(path, offset, None, size, first_record=int(record_numbers[row]))
+            if length + FRAME_OVERHEAD != framed:
+                if verify_crc:
+                    _check_length_crc(span, buffer, position, offset, 0)
+                raise StaleIndexError(
+                    f"index entry {tuple(entries[row].tolist())} for record {record_numbers[row]} of "
+                    f"{path!r} says {framed} framed bytes, but the record at that offset has "
+                    f"{length + FRAME_OVERHEAD}: the index does not describe this file"
+                )
+            payload = buffer[position + HEADER_SIZE : position + framed - 4]
+            if verify_crc:
+                if _masked(crc32c(buffer[position : position + 8])) != length_crc:
+                    _check_length_crc(span, buffer, position, offset, 0)
+                (stored,) = _FOOTER.unpack_from(buffer, position + framed - 4)
+                computed = _masked(crc32c(payload))
+                if computed != stored:
+                    raise CorruptRecordError(
+                        f"data CRC mismatch in {span.where(offset, 0)}: stored 0x{stored:08x}, "
+                        f"computed 0x{computed:08x}",
+                        path=path,
+                        offset=offset,
+                        record=int(record_numbers[row]),
+                    )
+            payloads.append(payload)
+            position += framed
+    return payloads
 
 
 def read_framed_sizes(path: PathLike, *, verify_crc: bool = False) -> npt.NDArray[np.int64]:

@@ -1,0 +1,129 @@
+"""The steps both datasets share: read records by id, decode them as a batch, run the transform.
+
+Bad records are handled here so the datasets keep their counts: with ``on_error="skip"`` a
+damaged record is replaced by a good one of the same batch, marked as padding, and logged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from .codec import decode_batch
+from .errors import ExampleDecodeError, FeatureError, TFRecordError
+from .reader import OnError
+from .shards import RecordFiles
+from .spec import FeatureSpec
+
+__all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform"]
+
+logger = logging.getLogger(__name__)
+
+RECORD_ID_KEY = "_record_id"
+"""Key of each sample's global record id (its place in the concatenated shards)."""
+PADDING_KEY = "_padding"
+"""Key of the flag marking a sample that repeats a record (padding, or a stand-in for a bad one)."""
+
+
+class BatchDecoder:
+    """Reads and decodes the records with the given ids into one batch of columns."""
+
+    def __init__(
+        self,
+        files: RecordFiles,
+        spec: dict[str, FeatureSpec] | None,
+        *,
+        verify_crc: bool,
+        on_error: OnError,
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"{on_error=} must be 'raise' or 'skip'")
+        if spec is not None and ({RECORD_ID_KEY, PADDING_KEY} & set(spec)):
+            raise ValueError(f"feature keys {RECORD_ID_KEY!r} and {PADDING_KEY!r} are reserved for metadata")
+        self.files = files
+        self.spec = spec
+        self.verify_crc = verify_crc
+        self.on_error = on_error
+        self.skipped = 0
+
+    def decode(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_]
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Decoded columns of the records ``ids``; returns them with the ids and padding flags.
+
+        With ``on_error="skip"`` the returned ids and flags say which records stand in for
+        damaged ones.
+        """
+        records = self.files.read(ids, verify_crc=self.verify_crc, on_error=self.on_error)
+        bad = [i for i, record in enumerate(records) if record is None]
+        try:
+            if not bad:
+                return decode_batch(records, self.spec), ids, padding  # type: ignore[arg-type]
+        except (FeatureError, ExampleDecodeError):
+            # Decode again naming each record, to raise (or skip) with a precise message.
+            pass
+        return self._decode_carefully(ids, padding, records, set(bad))
+
+    def _decode_carefully(
+        self,
+        ids: npt.NDArray[np.int64],
+        padding: npt.NDArray[np.bool_],
+        records: list[bytes | None],
+        bad: set[int],
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        for i, record in enumerate(records):
+            if i in bad:
+                continue
+            try:
+                decode_batch([record], self.spec, locations=[self.files.describe(int(ids[i]))])  # type: ignore[list-item]
+            except (FeatureError, ExampleDecodeError) as error:
+                if self.on_error == "raise":
+                    raise
+                logger.warning("skipping record: %s", error)
+                bad.add(i)
+        good = [i for i in range(len(records)) if i not in bad]
+        if not good:
+            raise TFRecordError(
+                f"every record of a batch of {len(records)} is damaged (first: "
+                f"{self.files.describe(int(ids[0]))}); nothing to stand in for them"
+            )
+        self.skipped += len(bad)
+        # Each damaged record's place goes to the next good record (the last good one at the end).
+        nearest = np.minimum(np.searchsorted(good, np.arange(len(ids))), len(good) - 1)
+        stand_in = np.where(
+            np.isin(np.arange(len(ids)), list(bad)), np.asarray(good)[nearest], np.arange(len(ids))
+        )
+        ids, padding = ids[stand_in], padding[stand_in] | np.isin(np.arange(len(ids)), list(bad))
+        return decode_batch([records[i] for i in stand_in], self.spec), ids, padding  # type: ignore[misc]
+
+
+class SeededTransform:
+    """Runs a user transform with torch's global RNG seeded for the sample, then restored.
+
+    So torchvision.transforms.v2 pipelines (which draw from the global RNG) give the same
+    augmentation for the same (seed, epoch, record) however many workers run. A transform that
+    takes a ``generator`` keyword also gets a ``torch.Generator`` seeded the same way.
+    """
+
+    def __init__(self, transform: Callable[..., Any]) -> None:
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+        try:
+            parameters = inspect.signature(transform).parameters
+        except (TypeError, ValueError):  # some builtins have no signature
+            parameters = {}  # type: ignore[assignment]
+        self.takes_generator = "generator" in parameters
+
+    def __call__(self, item: Any, seed: int) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if self.takes_generator:
+                return self.transform(item, generator=torch.Generator().manual_seed(seed))
+            return self.transform(item)

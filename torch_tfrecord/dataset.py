@@ -1,0 +1,364 @@
+"""The datasets: TFRecordDataset (iterable, sharded over ranks and workers) and IndexedTFRecordDataset.
+
+Wiring only: :mod:`order` decides which records each (epoch, rank, worker) gets,
+:mod:`shards` reads them, :mod:`codec` decodes them, :mod:`_resume` keeps the place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import Dataset, IterableDataset, get_worker_info
+
+from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
+from ._resume import Resume, decode_state, encode_state, merge_loader_state
+from .codec import SpecArg
+from .collate import split_batch
+from .io import PathLike
+from .order import EpochPlan, Progress, Shuffle, WorkerSlice, merge_progress, mix_seed
+from .reader import OnError
+from .shards import IndexArg, RecordFiles
+from .spec import normalize_spec
+
+__all__ = ["IndexedTFRecordDataset", "TFRecordDataset", "resolve_world"]
+
+logger = logging.getLogger(__name__)
+
+_SAMPLE_CHUNK = 64  # sample mode: records a worker reads and decodes at once
+
+
+def resolve_world(rank: int | None = None, world_size: int | None = None) -> tuple[int, int]:
+    """``(rank, world_size)``: the arguments, else torch.distributed, else RANK / WORLD_SIZE, else 0 / 1."""
+    if dist.is_available() and dist.is_initialized():
+        found_rank, found_size = dist.get_rank(), dist.get_world_size()
+    else:
+        found_rank, found_size = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    return (found_rank if rank is None else rank), (found_size if world_size is None else world_size)
+
+
+class _SharedEpoch:
+    """The epoch, in shared memory: set in the main process, read by (persistent) workers."""
+
+    def __init__(self) -> None:
+        self.value = torch.zeros(1, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+
+    def get(self) -> int:
+        return int(self.value[0])
+
+    def set(self, epoch: int) -> None:
+        if epoch < 0:
+            raise ValueError(f"{epoch=} must be >= 0")
+        self.value[0] = epoch
+
+
+@dataclasses.dataclass
+class _Live:
+    """Where this process's current iterator is."""
+
+    epoch: int
+    progress: Progress
+    workers: WorkerSlice
+    yielded: int
+
+
+class TFRecordDataset(IterableDataset[dict[str, Any]]):
+    """TFRecord shards as an iterable dataset, split exactly over DDP ranks and DataLoader workers.
+
+    Each epoch, every record is read exactly once across all ranks and workers; every rank gets
+    the same number of samples (and batches); the order is a pure function of (seed, epoch,
+    number of records, position); and the place in an epoch can be saved and restored.
+
+    Every sample (or batch) carries two extra keys: ``"_record_id"`` (the record's place in the
+    concatenated shards) and ``"_padding"`` (True for a repeated record that pads the epoch with
+    ``drop_last=False``, or stands in for a damaged one with ``on_error="skip"``).
+
+    Args:
+        sources: files, globs or directories (sorted, so every rank sees the same list).
+        spec: feature specs (see :func:`decode_batch`); None decodes every feature as VarLen.
+        index: where the indexes are: None (``<path>.idx`` when it exists, which must be fresh,
+            else the file is scanned once in memory), a pattern like ``"/idx/{name}.idx"``, a
+            mapping or a function; see :data:`torch_tfrecord.shards.IndexArg`.
+        shuffle: ``"global"`` (a permutation of all records), ``"shards"`` (shard order
+            shuffled, records in file order: for slow storage) or False.
+        seed: seed of the shuffle and of the transforms' random numbers.
+        batch_size: yield decoded batches of this size (use ``DataLoader(batch_size=None)``);
+            the fast path. None yields samples (use ``collate_fn=tt.collate``).
+        drop_last: True drops fewer than one global batch (other records each epoch when
+            shuffled); False pads with repeated records marked ``_padding``.
+        transform: applied to each sample (each batch in batch mode) with torch's RNG seeded
+            from (seed, epoch, record id); one that takes ``generator=`` gets a seeded Generator.
+        rank, world_size: override torch.distributed / RANK / WORLD_SIZE.
+        on_error: "raise", or "skip": a damaged record is logged and replaced by another record
+            of its batch, marked ``_padding``, so counts stay equal.
+        verify_crc: check every record's CRCs.
+
+    Example:
+        >>> ds = TFRecordDataset("train-*.tfrecord", spec={"label": "int"}, batch_size=256)  # doctest: +SKIP
+        >>> loader = DataLoader(ds, batch_size=None, num_workers=4, persistent_workers=True)  # doctest: +SKIP
+        >>> for epoch in range(10):  # doctest: +SKIP
+        ...     ds.set_epoch(epoch)
+        ...     for batch in loader: ...
+    """
+
+    def __init__(
+        self,
+        sources: PathLike | Sequence[PathLike],
+        *,
+        spec: SpecArg = None,
+        index: IndexArg = None,
+        shuffle: Shuffle = "global",
+        seed: int = 0,
+        batch_size: int | None = None,
+        drop_last: bool = True,
+        transform: Callable[..., Any] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        on_error: OnError = "raise",
+        verify_crc: bool = True,
+    ) -> None:
+        self.files = RecordFiles.from_sources(sources, index)
+        found_rank, found_size = resolve_world(rank, world_size)
+        self.plan = EpochPlan(
+            self.files.shard_sizes,
+            world_size=found_size,
+            rank=found_rank,
+            batch_size=batch_size,
+            drop_last=drop_last,
+            shuffle=shuffle,
+            seed=seed,
+        )
+        self._decoder = BatchDecoder(
+            self.files, normalize_spec(spec), verify_crc=verify_crc, on_error=on_error
+        )
+        self._transform = None if transform is None else SeededTransform(transform)
+        self._epoch = _SharedEpoch()
+        self._resume: Resume | None = None
+        self._live: _Live | None = None
+        if self.plan.dropped:
+            logger.info(
+                "drop_last: %d of %d records left out of each epoch", self.plan.dropped, self.plan.num_records
+            )
+        if self.plan.units_per_rank == 0 and self.plan.num_records:
+            logger.warning(
+                "%d records are fewer than one global batch (%d ranks x %d): every epoch is empty "
+                "with drop_last=True",
+                self.plan.num_records,
+                self.plan.world_size,
+                self.plan.unit,
+            )
+
+    @property
+    def num_records(self) -> int:
+        """Records in all shards together."""
+        return self.plan.num_records
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch.get()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch (call it in the main process before each epoch); reaches persistent workers.
+
+        A state loaded for another epoch is let go: the new epoch starts from its beginning.
+        """
+        self._epoch.set(epoch)
+        if self._resume is not None and self._resume.epoch != epoch:
+            self._resume = None
+
+    def __len__(self) -> int:
+        """Batches (batch mode) or samples this rank gets per epoch."""
+        return self.plan.units_per_rank
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        epoch = self._epoch.get()
+        info = get_worker_info()
+        chunk = 1 if self.plan.batch_size else _SAMPLE_CHUNK
+        workers = WorkerSlice(info.num_workers, info.id, chunk) if info else WorkerSlice(1, 0, chunk)
+        progress, skip = Progress(), 0
+        if self._resume is not None and self._resume.epoch == epoch:
+            progress = self._resume.progress
+            if self._resume.workers is not None:
+                if self._resume.workers != workers:
+                    raise ValueError(
+                        f"this state was saved by DataLoader worker {self._resume.workers.worker_id} of "
+                        f"{self._resume.workers.num_workers}, but is loaded into worker {workers.worker_id} "
+                        f"of {workers.num_workers}"
+                    )
+                skip = self._resume.yielded
+        live = self._live = _Live(epoch, progress, workers, skip)
+        remaining = progress.remaining(self.plan.units_per_rank)
+        for block in workers.items(remaining, skip, block=chunk):
+            units = progress.units(block)
+            if self.plan.batch_size:
+                for unit in units.tolist():
+                    batch = self._load(self.plan.unit_positions([unit]), epoch)
+                    live.yielded += 1  # counted before the yield: a state taken now includes it
+                    yield batch
+            else:
+                for sample in self._samples(units, epoch):
+                    live.yielded += 1
+                    yield sample
+        if info is None and self._resume is not None and self._resume.epoch == epoch:
+            self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
+
+    def _load(self, rank_positions: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
+        ids, padding = self.plan.records(rank_positions, epoch)
+        batch, ids, padding = self._decoder.decode(ids, padding)
+        batch[RECORD_ID_KEY] = torch.from_numpy(ids)
+        batch[PADDING_KEY] = torch.from_numpy(padding)
+        if self._transform is not None:
+            batch = self._transform(batch, mix_seed(self.plan.seed, epoch, int(ids[0])))
+        return batch
+
+    def _samples(self, rank_positions: np.ndarray[Any, Any], epoch: int) -> Iterator[dict[str, Any]]:
+        ids, padding = self.plan.records(rank_positions, epoch)
+        batch, ids, padding = self._decoder.decode(ids, padding)
+        for sample, record_id, pad in zip(
+            split_batch(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
+        ):
+            sample[RECORD_ID_KEY] = record_id
+            sample[PADDING_KEY] = pad
+            if self._transform is not None:
+                sample = self._transform(sample, mix_seed(self.plan.seed, epoch, record_id))
+            yield sample
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.
+
+        In the main process after iterating in it (``num_workers=0``): the rank's exact place.
+        Inside a DataLoader worker (as torchdata's StatefulDataLoader calls it): that worker's
+        place, which StatefulDataLoader saves per worker; the saved loader state can be loaded
+        into this dataset too, to resume with another number of workers.
+        """
+        epoch = self._epoch.get()
+        live = self._live
+        workers: WorkerSlice | None = None
+        yielded = 0
+        if live is not None and live.epoch == epoch:
+            progress, workers, yielded = live.progress, live.workers, live.yielded
+        elif self._resume is not None and self._resume.epoch == epoch:
+            progress, workers, yielded = self._resume.progress, self._resume.workers, self._resume.yielded
+        else:
+            progress = Progress()
+        if workers is not None and get_worker_info() is None:
+            progress = merge_progress(progress, self.plan.units_per_rank, workers, [yielded])
+            workers = None
+        return encode_state(self._identity(), epoch, progress, workers, yielded)
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes from :meth:`state_dict`, or from a torchdata StatefulDataLoader's ``state_dict()``.
+
+        Call it before iterating (before the DataLoader starts its workers). The epoch is set
+        to the state's; :meth:`set_epoch` with the same epoch keeps the place, another epoch
+        starts that epoch from the beginning.
+
+        Raises:
+            ValueError: the state is from another dataset (files, record count), seed, shuffle,
+                batch size, drop_last or world size / rank, or is not a state of this class.
+        """
+        if "dataset_state" in state or "_snapshot" in state:
+            state = merge_loader_state(state, self.plan.units_per_rank)
+        resume = decode_state(state, self._identity())
+        if resume.workers is not None and get_worker_info() is None:
+            raise ValueError(
+                "this is the state of one DataLoader worker; load the whole loader state "
+                "(StatefulDataLoader.state_dict()) to resume in another process"
+            )
+        if get_worker_info() is None:
+            self._epoch.set(resume.epoch)
+        self._resume = resume
+        self._live = None
+
+    def _identity(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "fingerprint": self.files.fingerprint,
+            "num_records": plan.num_records,
+            "seed": plan.seed,
+            "shuffle": plan.shuffle,
+            "world_size": plan.world_size,
+            "rank": plan.rank,
+            "batch_size": plan.batch_size,
+            "drop_last": plan.drop_last,
+        }
+
+    def __repr__(self) -> str:
+        plan = self.plan
+        return (
+            f"TFRecordDataset({len(self.files.paths)} files, {plan.num_records} records, rank {plan.rank}/"
+            f"{plan.world_size}, batch_size={plan.batch_size}, shuffle={plan.shuffle!r}, seed={plan.seed})"
+        )
+
+
+class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
+    """TFRecord shards as a map-style dataset: record ``i`` of the concatenated shards, by offset.
+
+    Use it with any Sampler (DistributedSampler, random_split, Subset). ``DataLoader`` fetches
+    whole batches through :meth:`__getitems__`, which reads and decodes them in one call.
+    Files open lazily in the process that reads; pickling never carries an open file.
+
+    Args:
+        sources, spec, index, verify_crc: as for :class:`TFRecordDataset`.
+        transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
+        seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
+
+    Example:
+        >>> ds = IndexedTFRecordDataset("val-*.tfrecord", spec={"label": "int"})  # doctest: +SKIP
+        >>> ds[0]["label"]  # doctest: +SKIP
+        tensor(3)
+    """
+
+    def __init__(
+        self,
+        sources: PathLike | Sequence[PathLike],
+        *,
+        spec: SpecArg = None,
+        index: IndexArg = None,
+        transform: Callable[..., Any] | None = None,
+        seed: int = 0,
+        verify_crc: bool = True,
+    ) -> None:
+        self.files = RecordFiles.from_sources(sources, index)
+        self.seed = seed
+        self._decoder = BatchDecoder(
+            self.files, normalize_spec(spec), verify_crc=verify_crc, on_error="raise"
+        )
+        self._transform = None if transform is None else SeededTransform(transform)
+        self._epoch = _SharedEpoch()
+
+    def set_epoch(self, epoch: int) -> None:
+        """Changes the transforms' random numbers per epoch; reaches persistent workers."""
+        self._epoch.set(epoch)
+
+    def __len__(self) -> int:
+        return self.files.num_records
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        return self.__getitems__([index])[0]
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        n = len(self)
+        ids = np.array([int(i) for i in indices], dtype=np.int64)
+        if ids.size and (ids.min() < -n or ids.max() >= n):
+            bad = next(int(i) for i in ids if not -n <= i < n)
+            raise IndexError(f"index {bad} out of range for a dataset of {n} records")
+        ids %= max(n, 1)
+        batch, _, _ = self._decoder.decode(ids, np.zeros(len(ids), dtype=bool))
+        samples = split_batch(batch, len(ids))
+        if self._transform is not None:
+            epoch = self._epoch.get()
+            samples = [
+                self._transform(sample, mix_seed(self.seed, epoch, record_id))
+                for sample, record_id in zip(samples, ids.tolist(), strict=True)
+            ]
+        return samples
+
+    def __repr__(self) -> str:
+        return f"IndexedTFRecordDataset({len(self.files.paths)} files, {len(self)} records)"

@@ -1,0 +1,225 @@
+"""The records of a dataset: its shard files, their indexes, and reading records by global id.
+
+Record ids count through the shards in sorted path order (shard 0's records first). Files are
+opened lazily in whichever process reads and never pickled, so one object can be handed to
+DataLoader workers (fork or spawn) or to a pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .errors import CompressedIndexError, SourceNotFoundError, TFRecordError
+from .index import build_index, check_index, default_index_path, load_index
+from .io import PathLike, expand_sources, file_size, open_binary, resolve_compression
+from .reader import OnError, read_entries_at
+
+__all__ = ["IndexArg", "RecordFiles", "resolve_index"]
+
+logger = logging.getLogger(__name__)
+
+IndexArg = str | Mapping[str, str | npt.ArrayLike] | Callable[[str], str] | None
+"""Where indexes come from: None (``<path>.idx`` or a scan), a pattern such as
+``"/indexes/{name}.idx"`` (fields ``path``, ``name``, ``stem``, ``dir``), a mapping from data
+path (or file name) to index path or ``(offset, framed_size)`` table, or a function of the path."""
+
+_MAX_OPEN_FILES = 64
+
+
+def _pattern_path(pattern: str, path: str) -> str:
+    name = os.path.basename(path)
+    fields = {"path": path, "name": name, "stem": os.path.splitext(name)[0], "dir": os.path.dirname(path)}
+    try:
+        return pattern.format(**fields)
+    except (KeyError, IndexError) as error:
+        raise ValueError(
+            f"index pattern {pattern!r} uses an unknown field {error}; use {{path}}, {{name}}, {{stem}} "
+            "or {dir}"
+        ) from None
+
+
+def resolve_index(path: str, index: IndexArg = None) -> npt.NDArray[np.int64]:
+    """The ``(offset, framed_size)`` table of one data file, checked against the file.
+
+    Args:
+        path: the data file.
+        index: see :data:`IndexArg`.
+
+    Raises:
+        StaleIndexError: the index does not describe the file (never silently rebuilt).
+        CompressedIndexError: the file is compressed, so its records cannot be read by offset.
+        SourceNotFoundError: a named index file does not exist.
+    """
+    if index is None:
+        index_path = default_index_path(path)
+        if os.path.exists(index_path):
+            return load_index(index_path, data_path=path)
+        compression = resolve_compression("auto", path)
+        if compression is not None:
+            raise CompressedIndexError(
+                f"{path!r} is {compression.upper()}-compressed: the datasets read records by offset, "
+                "which compressed files do not allow; rewrite it uncompressed (e.g. with "
+                "tt.RecordWriter) to use it here"
+            )
+        table = build_index(path)
+        logger.info(
+            "no index for %r: scanned it in memory (%d records); `tfrecord-index build` saves one",
+            path,
+            len(table),
+        )
+        return table
+    if isinstance(index, str):
+        index_path = (
+            _pattern_path(index, path)
+            if "{" in index
+            else os.path.join(index, os.path.basename(default_index_path(path)))
+        )
+        return load_index(index_path, data_path=path)
+    if isinstance(index, Mapping):
+        entry = index.get(path, index.get(os.path.basename(path)))
+        if entry is None:
+            raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
+        if isinstance(entry, str | os.PathLike):
+            return load_index(entry, data_path=path)
+        table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
+        check_index(table, path, "<index mapping>")
+        return table
+    if callable(index):
+        return load_index(index(path), data_path=path)
+    raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
+
+
+class RecordFiles:
+    """Shard files and their indexes, read by global record id.
+
+    Args:
+        paths: the data files, in record-id order.
+        tables: each file's ``(offset, framed_size)`` index table.
+    """
+
+    def __init__(self, paths: Sequence[str], tables: Sequence[npt.NDArray[np.int64]]) -> None:
+        if len(paths) != len(tables):
+            raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
+        self.paths = list(paths)
+        self.tables = [np.ascontiguousarray(table, dtype=np.int64).reshape(-1, 2) for table in tables]
+        self.sizes = [file_size(path) for path in self.paths]
+        self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        # Descriptors inherited through a fork stay usable: positional reads share no offset.
+        self._files: OrderedDict[int, int] = OrderedDict()
+
+    @classmethod
+    def from_sources(cls, sources: PathLike | Sequence[PathLike], index: IndexArg = None) -> RecordFiles:
+        """Expands paths / globs / directories (sorted) and resolves every file's index."""
+        paths = expand_sources(sources)
+        return cls(paths, [resolve_index(path, index) for path in paths])
+
+    @property
+    def num_records(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def shard_sizes(self) -> tuple[int, ...]:
+        return tuple(int(count) for count in self.counts)
+
+    @property
+    def fingerprint(self) -> str:
+        """Identifies the data: file names, sizes and record counts (not the directory they are in)."""
+        digest = hashlib.sha256()
+        for path, size, count in zip(self.paths, self.sizes, self.counts, strict=True):
+            digest.update(f"{os.path.basename(path)}\0{size}\0{int(count)}\n".encode())
+        return digest.hexdigest()[:32]
+
+    def locate(self, record_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """``(shard, record number in the shard)`` of each global record id."""
+        ids = np.asarray(record_ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_records):
+            raise IndexError(f"record ids must lie in [0, {self.num_records})")
+        shards = np.searchsorted(self.starts, ids, side="right") - 1
+        return shards, ids - self.starts[shards]
+
+    def describe(self, record_id: int) -> str:
+        """``"record 17 of 'train-00001.tfrecord'"``, for error messages."""
+        shards, local = self.locate([record_id])
+        return f"record {int(local[0])} of {self.paths[int(shards[0])]!r}"
+
+    def read(
+        self, record_ids: npt.ArrayLike, *, verify_crc: bool = True, on_error: OnError = "raise"
+    ) -> list[bytes | None]:
+        """The payloads of the given records, in the given order.
+
+        Records of one file are read in file order, neighbours in one request. With
+        ``on_error="skip"`` a damaged record comes back as None (and is logged); otherwise
+        its error is raised.
+        """
+        ids = np.asarray(record_ids, dtype=np.int64)
+        result: list[bytes | None] = [None] * len(ids)
+        if not len(ids):
+            return result
+        by_id = np.argsort(ids, kind="stable")  # global id order is file order
+        shards, local = self.locate(ids[by_id])
+        bounds = np.flatnonzero(np.diff(shards)) + 1
+        for group in np.split(np.arange(len(ids)), bounds):
+            shard = int(shards[group[0]])
+            numbers = local[group]
+            payloads = self._read_shard(shard, numbers, verify_crc, on_error)
+            for place, payload in zip(by_id[group].tolist(), payloads, strict=True):
+                result[place] = payload
+        return result
+
+    def _read_shard(
+        self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
+    ) -> list[bytes | None]:
+        fd, path, size, table = self._fd(shard), self.paths[shard], self.sizes[shard], self.tables[shard]
+        try:
+            return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
+        except TFRecordError:
+            if on_error == "raise":
+                raise
+        payloads: list[bytes | None] = []
+        for number in numbers.tolist():  # find the damaged ones, keep the rest
+            one = np.array([number], dtype=np.int64)
+            try:
+                payloads.extend(read_entries_at(fd, path, size, table[one], one, verify_crc=verify_crc))
+            except TFRecordError as error:
+                logger.warning("skipping record: %s", error)
+                payloads.append(None)
+        return payloads
+
+    def _fd(self, shard: int) -> int:
+        fd = self._files.get(shard)
+        if fd is not None:
+            self._files.move_to_end(shard)
+            return fd
+        if len(self._files) >= _MAX_OPEN_FILES:
+            _, oldest = self._files.popitem(last=False)
+            os.close(oldest)
+        with open_binary(self.paths[shard]) as handle:
+            fd = os.dup(handle.fileno())
+        self._files[shard] = fd
+        return fd
+
+    def close(self) -> None:
+        """Closes the files this process opened (they reopen on the next read)."""
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_files"] = OrderedDict()
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except OSError:
+            pass
