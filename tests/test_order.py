@@ -1,0 +1,233 @@
+"""order.py: the epoch permutation, the split over ranks and workers, and resuming, by invariants."""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import tracemalloc
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from torch_tfrecord.order import EpochPlan, Progress, WorkerSlice, merge_progress, mix_seed, permute
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 15, 16, 17, 1000, 4097, 65_537])
+def test_permute_is_a_permutation(n: int) -> None:
+    out = permute(np.arange(n), n, seed=7, epoch=3)
+    assert sorted(out.tolist()) == list(range(n))
+
+
+def test_permute_depends_on_seed_and_epoch_only() -> None:
+    n = 10_000
+    base = permute(np.arange(n), n, 1, 0)
+    assert np.array_equal(base, permute(np.arange(n), n, 1, 0))
+    assert not np.array_equal(base, permute(np.arange(n), n, 2, 0))
+    assert not np.array_equal(base, permute(np.arange(n), n, 1, 1))
+    # Any slice of positions gives the same values as the whole: a function of the position.
+    assert np.array_equal(permute(np.arange(5000, 5100), n, 1, 0), base[5000:5100])
+    # Shuffled, not a rotation or near-identity: few fixed points, neighbours scattered.
+    assert (base == np.arange(n)).sum() < 20
+    assert np.abs(np.diff(base)).mean() > n / 10
+
+
+def test_permute_a_billion_records_in_constant_memory() -> None:
+    n = 1_000_000_000
+    tracemalloc.start()
+    try:
+        out = permute(np.arange(123_456_000, 123_457_000), n, seed=5, epoch=9)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20  # a few arrays of 1,000 values, nothing of size n
+    assert len(set(out.tolist())) == 1000 and out.min() >= 0 and out.max() < n
+
+
+def test_permute_rejects_positions_outside() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        permute([10], 10, 0)
+
+
+def test_mix_seed_is_stable_and_spreads() -> None:
+    assert mix_seed(1, 2, 3) == mix_seed(1, 2, 3)
+    assert len({mix_seed(0, 0, i) for i in range(1000)}) == 1000
+    assert 0 <= mix_seed(-1, 2**70) < 2**63
+
+
+def _epoch_samples(plan_args: dict, world_size: int, epoch: int) -> list[tuple[list[int], list[bool]]]:
+    out = []
+    for rank in range(world_size):
+        plan = EpochPlan(**plan_args, world_size=world_size, rank=rank)
+        ids, padding = plan.records(np.arange(plan.samples_per_rank), epoch)
+        out.append((ids.tolist(), padding.tolist()))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shard_sizes=st.lists(st.integers(0, 40), min_size=1, max_size=6),
+    world_size=st.integers(1, 5),
+    batch_size=st.one_of(st.none(), st.integers(1, 9)),
+    drop_last=st.booleans(),
+    shuffle=st.sampled_from(["global", "shards", False]),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 50),
+)
+def test_every_record_once_and_equal_counts(
+    shard_sizes: list[int],
+    world_size: int,
+    batch_size: int | None,
+    drop_last: bool,
+    shuffle: str | bool,
+    seed: int,
+    epoch: int,
+) -> None:
+    args = {
+        "shard_sizes": tuple(shard_sizes),
+        "batch_size": batch_size,
+        "drop_last": drop_last,
+        "shuffle": shuffle,
+        "seed": seed,
+    }
+    plan = EpochPlan(**args, world_size=world_size)  # type: ignore[arg-type]
+    n, unit = sum(shard_sizes), batch_size or 1
+    per_rank = _epoch_samples(args, world_size, epoch)
+    counts = {len(ids) for ids, _ in per_rank}
+    assert counts == {plan.samples_per_rank}  # equal samples, hence equal batches
+    assert plan.samples_per_rank % unit == 0
+    real = [i for ids, pads in per_rank for i, p in zip(ids, pads, strict=True) if not p]
+    padded = [i for ids, pads in per_rank for i, p in zip(ids, pads, strict=True) if p]
+    assert len(real) == len(set(real))  # disjoint across ranks, no repeats
+    if drop_last:
+        assert not padded
+        assert n - len(real) == plan.dropped < world_size * unit
+    else:
+        assert sorted(real) == list(range(n))  # exact coverage
+        assert len(padded) == plan.padding < world_size * unit
+        assert set(padded) <= set(range(n))
+    # Pure: the same arguments give the same order.
+    assert per_rank == _epoch_samples(args, world_size, epoch)
+
+
+def test_uneven_shards_over_4_ranks_and_3_workers() -> None:
+    """The issue's case: shards of 1, 7 and 1000 records, 4 ranks x 3 workers, batches of 8."""
+    seen: collections.Counter[int] = collections.Counter()
+    batches_per_rank = []
+    for rank in range(4):
+        plan = EpochPlan((1, 7, 1000), world_size=4, rank=rank, batch_size=8, drop_last=False, seed=3)
+        batches = 0
+        for worker in range(3):
+            slice_ = WorkerSlice(3, worker, 1)
+            for block in slice_.items(plan.units_per_rank):
+                for unit in block.tolist():
+                    ids, padding = plan.records(plan.unit_positions([unit]), epoch=0)
+                    assert len(ids) == 8
+                    seen.update(ids[~padding].tolist())
+                    batches += 1
+        batches_per_rank.append(batches)
+    assert batches_per_rank == [32] * 4  # ceil(1008 / 32)
+    assert sorted(seen) == list(range(1008)) and set(seen.values()) == {1}
+
+
+def test_drop_last_drops_other_records_each_epoch() -> None:
+    plan = EpochPlan((10, 13), world_size=2, batch_size=4, seed=1)
+    assert plan.dropped == 7
+    dropped = []
+    for epoch in range(5):
+        kept = {
+            i
+            for r in range(2)
+            for i in _epoch_samples({"shard_sizes": (10, 13), "batch_size": 4, "seed": 1}, 2, epoch)[r][0]
+        }
+        dropped.append(frozenset(set(range(23)) - kept))
+    assert all(len(d) == 7 for d in dropped)
+    assert len(set(dropped)) > 1
+
+
+def test_epoch_order_changes_with_epoch_and_seed() -> None:
+    plan = EpochPlan((100, 100), seed=0)
+    orders = [plan.order(np.arange(200), epoch).tolist() for epoch in range(3)]
+    assert len({tuple(o) for o in orders}) == 3
+    assert (
+        plan.order(np.arange(200), 0).tolist()
+        != EpochPlan((100, 100), seed=1).order(np.arange(200), 0).tolist()
+    )
+
+
+def test_shards_shuffle_reads_each_shard_in_order() -> None:
+    sizes = (5, 0, 3, 8, 1)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    orders = set()
+    for epoch in range(6):
+        order = EpochPlan(sizes, shuffle="shards", seed=4).order(np.arange(17), epoch).tolist()
+        assert sorted(order) == list(range(17))
+        runs = [
+            list(g)
+            for _, g in itertools.groupby(order, key=lambda i: int(np.searchsorted(starts, i, "right")))
+        ]
+        assert len(runs) == 4  # one contiguous run per non-empty shard
+        for run in runs:
+            assert run == list(range(run[0], run[0] + len(run)))
+        orders.add(tuple(order))
+    assert len(orders) > 1
+
+
+def test_unshuffled_order_is_file_order() -> None:
+    plan = EpochPlan((3, 4), shuffle=False, world_size=2, rank=1, drop_last=False)
+    ids, padding = plan.records(np.arange(plan.samples_per_rank), epoch=5)
+    assert ids.tolist() == [4, 5, 6, 0]  # 7 records over 2 ranks: rank 1 ends with a repeat
+    assert padding.tolist() == [False, False, False, True]
+
+
+def test_plan_validates_itself() -> None:
+    with pytest.raises(ValueError, match="rank"):
+        EpochPlan((1,), world_size=2, rank=2)
+    with pytest.raises(ValueError, match="batch_size"):
+        EpochPlan((1,), batch_size=0)
+    with pytest.raises(ValueError, match="shuffle"):
+        EpochPlan((1,), shuffle="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="worker_id"):
+        WorkerSlice(2, 2, 1)
+    with pytest.raises(ValueError, match="sorted"):
+        Progress(3, (2,))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    total=st.integers(0, 80),
+    first=st.tuples(st.integers(1, 4), st.integers(1, 6)),
+    second=st.tuples(st.integers(1, 4), st.integers(1, 6)),
+    data=st.data(),
+)
+def test_workers_split_the_remaining_units_and_merge_back(
+    total: int, first: tuple[int, int], second: tuple[int, int], data: st.DataObject
+) -> None:
+    """Stop any worker anywhere, merge, resume with another split: nothing lost, nothing twice."""
+    consumed: set[int] = set()
+    progress = Progress()
+    for num_workers, chunk in (first, second):
+        remaining = progress.remaining(total)
+        slices = [WorkerSlice(num_workers, w, chunk) for w in range(num_workers)]
+        assigned = [
+            progress.units(np.concatenate([*s.items(remaining, block=3), np.empty(0, np.int64)]))
+            for s in slices
+        ]
+        everything = sorted(int(u) for a in assigned for u in a)
+        assert everything == sorted(set(range(total)) - consumed)  # a partition of what is left
+        yielded = [data.draw(st.integers(0, len(a))) for a in assigned]
+        for units, count in zip(assigned, yielded, strict=True):
+            consumed.update(int(u) for u in units[:count])
+        progress = merge_progress(progress, total, slices[0], yielded)
+        assert set(range(progress.start)) | set(progress.done) == consumed
+    single = data.draw(st.integers(0, progress.remaining(total)))
+    merged = merge_progress(progress, total, None, [single])
+    assert len(set(range(merged.start)) | set(merged.done)) == len(consumed) + single
+
+
+def test_worker_items_can_skip_what_was_handed_out() -> None:
+    slice_ = WorkerSlice(2, 1, 3)
+    assert np.concatenate(list(slice_.items(20))).tolist() == [3, 4, 5, 9, 10, 11, 15, 16, 17]
+    assert np.concatenate(list(slice_.items(20, skip=4))).tolist() == [10, 11, 15, 16, 17]
+    assert slice_.count(20) == 9 and WorkerSlice(2, 0, 3).count(20) == 11
