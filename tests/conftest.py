@@ -53,3 +53,28 @@ def write_raw(tmp_path: Path) -> Callable[..., Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def id_shards(tmp_path: Path) -> Callable[..., list[Path]]:
+    """Writes shards of Examples whose "id" feature is the record's global id.
+
+    Each record also has "x": a float list of ``id % 3`` values, equal to the id. Shard i is
+    ``shard-<i>.tfrecord`` with its ``.idx`` beside it (unless ``write_index=False``).
+    """
+    import torch_tfrecord as tt
+
+    def make(sizes: Sequence[int], *, write_index: bool = True, directory: Path | None = None) -> list[Path]:
+        folder = directory or tmp_path / "shards"
+        folder.mkdir(parents=True, exist_ok=True)
+        paths, record_id = [], 0
+        for shard, size in enumerate(sizes):
+            path = folder / f"shard-{shard:03d}.tfrecord"
+            with tt.ExampleWriter(path, write_index=write_index) as writer:
+                for _ in range(size):
+                    writer.write({"id": record_id, "x": [float(record_id)] * (record_id % 3)})
+                    record_id += 1
+            paths.append(path)
+        return paths
+
+    return make

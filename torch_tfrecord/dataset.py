@@ -278,8 +278,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     def _identity(self) -> dict[str, Any]:
         plan = self.plan
-        return {
-            "fingerprint": self.files.fingerprint,
+        return {  # checked in this order: the most telling difference is named first
             "num_records": plan.num_records,
             "seed": plan.seed,
             "shuffle": plan.shuffle,
@@ -287,6 +286,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             "rank": plan.rank,
             "batch_size": plan.batch_size,
             "drop_last": plan.drop_last,
+            "fingerprint": self.files.fingerprint,
         }
 
     def __repr__(self) -> str:
