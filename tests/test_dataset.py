@@ -437,7 +437,7 @@ def test_indexed_dataset_with_samplers(id_shards: Callable[..., list[Path]]) -> 
         loader = DataLoader(ds, batch_size=8, sampler=sampler, num_workers=2, collate_fn=tt.collate)
         seen += [i for b in loader for i in b["id"].tolist()]
     assert set(seen) == set(range(63))
-    train, val = random_split(ds, [50, 13], generator=torch.Generator().manual_seed(0))
+    _train, val = random_split(ds, [50, 13], generator=torch.Generator().manual_seed(0))
     assert sorted(int(s["id"]) for s in val) == sorted(val.indices)
 
 
