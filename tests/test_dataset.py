@@ -142,6 +142,26 @@ def test_resume_mid_epoch_in_process_then_with_workers(
     assert len(_ids(resumed)[0]) == len(everything)
 
 
+def test_state_from_steps_taken_through_a_plain_dataloader(id_shards: Callable[..., list[Path]]) -> None:
+    paths = id_shards([30, 11])
+    make = lambda: tt.TFRecordDataset(paths, spec=SPEC, batch_size=3, seed=2)  # noqa: E731
+    ds = make()
+    taken = []
+    for step, batch in enumerate(DataLoader(ds, batch_size=None, num_workers=2)):
+        taken.append(batch)
+        if step == 4:
+            break
+    state = ds.state_dict(consumed=5)
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(DataLoader(resumed, batch_size=None, num_workers=2))
+    midway = resumed.state_dict(consumed=2)  # counted from the resumed place
+    assert midway["start"] == 7
+    assert _ids(taken + rest)[0] == _ids(make())[0]
+    with pytest.raises(ValueError, match="yielded 99"):
+        make().state_dict(consumed=99)
+
+
 def test_resume_from_stateful_dataloader_with_the_same_workers(id_shards: Callable[..., list[Path]]) -> None:
     stateful = pytest.importorskip("torchdata.stateful_dataloader")
     paths = id_shards([31, 29])

@@ -229,22 +229,37 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                 sample = self._transform(sample, mix_seed(self.plan.seed, epoch, record_id))
             yield sample
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
         """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.
 
-        In the main process after iterating in it (``num_workers=0``): the rank's exact place.
-        Inside a DataLoader worker (as torchdata's StatefulDataLoader calls it): that worker's
-        place, which StatefulDataLoader saves per worker; the saved loader state can be loaded
-        into this dataset too, to resume with another number of workers.
+        Args:
+            consumed: for a plain DataLoader with workers, whose progress the dataset in the main
+                process cannot see: the batches (batch mode) taken from the loader since this
+                epoch's iteration began (after any loaded place). Exact in batch mode with any
+                number of workers, and in sample mode with at most one worker; with more, use
+                torchdata's StatefulDataLoader.
+
+        Without ``consumed``: in the main process after iterating in it (``num_workers=0``), the
+        rank's exact place; inside a DataLoader worker (as torchdata's StatefulDataLoader calls
+        it), that worker's place. A StatefulDataLoader's saved state can be loaded into this
+        dataset too, to resume with another number of workers.
         """
         epoch = self._epoch.get()
         live = self._live
+        resume = self._resume if self._resume is not None and self._resume.epoch == epoch else None
         workers: WorkerSlice | None = None
         yielded = 0
-        if live is not None and live.epoch == epoch:
+        if consumed is not None:
+            if get_worker_info() is not None:
+                raise ValueError("consumed= is for the main process; a worker knows its own place")
+            if resume is not None and resume.workers is not None:
+                raise ValueError("consumed= cannot extend one worker's state")
+            progress = resume.progress if resume is not None else Progress()
+            progress = merge_progress(progress, self.plan.units_per_rank, WorkerSlice(1, 0, 1), [consumed])
+        elif live is not None and live.epoch == epoch:
             progress, workers, yielded = live.progress, live.workers, live.yielded
-        elif self._resume is not None and self._resume.epoch == epoch:
-            progress, workers, yielded = self._resume.progress, self._resume.workers, self._resume.yielded
+        elif resume is not None:
+            progress, workers, yielded = resume.progress, resume.workers, resume.yielded
         else:
             progress = Progress()
         if workers is not None and get_worker_info() is None:

@@ -1,0 +1,183 @@
+"""Real process groups: 2 ranks (gloo on CPU) x 2 DataLoader workers each, uneven shards.
+
+Every rank all-gathers the record ids it saw; rank 0 writes what it gathered to a JSON file
+that the test then checks. Also runs examples/train_ddp.py under torchrun.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.utils.data import DataLoader
+
+import torch_tfrecord as tt
+
+WORLD_SIZE = 2
+TIMEOUT_S = 240
+SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ids(batches: list[dict[str, Any]]) -> list[tuple[int, bool]]:
+    return [
+        (i, p) for b in batches for i, p in zip(b["_record_id"].tolist(), b["_padding"].tolist(), strict=True)
+    ]
+
+
+def _rank_main(rank: int, port: int, shards: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(
+        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=TIMEOUT_S)
+    )
+    try:
+        results: dict[str, Any] = {}
+        make = lambda: tt.TFRecordDataset(shards, spec=SPEC, batch_size=4, seed=7, drop_last=False)  # noqa: E731
+        ds = make()  # rank and world size come from the process group
+        results["len"] = len(ds)
+        loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+        for name, epoch in (("epoch0", 0), ("epoch0_again", 0), ("epoch1", 1)):
+            ds.set_epoch(epoch)
+            results[name] = _ids(list(loader))
+
+        # Stop mid-epoch, save, resume in a new dataset and loader (another worker count).
+        stopped = make()
+        stopped.set_epoch(1)
+        taken = []
+        for step, batch in enumerate(DataLoader(stopped, batch_size=None, num_workers=2)):
+            taken.append(batch)
+            if step == 2:
+                break
+        state = stopped.state_dict(consumed=len(taken))
+        resumed = make()
+        resumed.load_state_dict(state)
+        rest = list(DataLoader(resumed, batch_size=None, num_workers=1))
+        results["resume_taken"], results["resume_rest"] = _ids(taken), _ids(rest)
+
+        # A DDP training loop on uneven shards: every rank takes the same number of steps.
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+        steps = 0
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            for batch in loader:
+                target = batch["id"].float().unsqueeze(1)
+                loss = torch.nn.functional.mse_loss(model(target), target)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                steps += 1
+        results["train_steps"] = steps
+        results["weights"] = [p.detach().flatten().tolist() for p in model.parameters()]
+
+        gathered: list[Any] = [None] * WORLD_SIZE
+        dist.all_gather_object(gathered, results)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawn(fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+    context = mp.start_processes(fn, args=args, nprocs=WORLD_SIZE, join=False, start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
+    try:
+        while not context.join(timeout=5):
+            if time.monotonic() > deadline:
+                pytest.fail(f"the process group did not finish within {TIMEOUT_S} s (a hang)")
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+
+
+@pytest.fixture(scope="module")
+def gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("ddp")
+    shards = folder / "shards"
+    shards.mkdir()
+    record_id = 0
+    for shard, size in enumerate([1, 7, 50, 3]):  # 61 records, very uneven
+        with tt.ExampleWriter(shards / f"part-{shard}.tfrecord") as writer:
+            for _ in range(size):
+                writer.write({"id": record_id, "x": [1.0]})
+                record_id += 1
+    out = folder / "gathered.json"
+    _spawn(_rank_main, (_free_port(), str(shards), str(out)))
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def _real(pairs: list[list[Any]]) -> list[int]:
+    return [i for i, padding in pairs if not padding]
+
+
+def test_every_record_exactly_once_with_equal_batches(gathered: list[dict[str, Any]]) -> None:
+    assert [r["len"] for r in gathered] == [8, 8]  # ceil(61 / (2 ranks x 4))
+    for name in ("epoch0", "epoch1"):
+        per_rank = [r[name] for r in gathered]
+        assert [len(pairs) for pairs in per_rank] == [32, 32]  # 8 batches of 4 on each rank
+        real = [i for pairs in per_rank for i in _real(pairs)]
+        assert sorted(real) == list(range(61))  # exactly once across ranks and workers
+        padding = [i for pairs in per_rank for i, p in pairs if p]
+        assert len(padding) == 3
+
+
+def test_deterministic_and_reshuffled_each_epoch(gathered: list[dict[str, Any]]) -> None:
+    for rank in gathered:
+        assert rank["epoch0"] == rank["epoch0_again"]
+        assert rank["epoch0"] != rank["epoch1"]
+
+
+def test_resume_mid_epoch_loses_and_repeats_nothing(gathered: list[dict[str, Any]]) -> None:
+    for rank in gathered:
+        assert len(rank["resume_taken"]) == 12
+        assert rank["resume_taken"] + rank["resume_rest"] == rank["epoch1"]
+    real = [i for rank in gathered for i in _real(rank["resume_taken"] + rank["resume_rest"])]
+    assert sorted(real) == list(range(61))
+
+
+def test_ddp_training_finishes_in_step_on_uneven_shards(gathered: list[dict[str, Any]]) -> None:
+    assert [rank["train_steps"] for rank in gathered] == [16, 16]
+    assert gathered[0]["weights"] == gathered[1]["weights"]  # gradients were all-reduced every step
+
+
+def test_train_ddp_example_runs_under_torchrun(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        str(ROOT / "examples" / "train_ddp.py"), "--data", str(tmp_path / "data"), "--epochs", "2",
+        "--workers", "1", "--checkpoint", str(tmp_path / "ckpt"),
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith("epoch")]
+    assert len(lines) == 2 and "batches per rank x 2 ranks" in lines[0]
+    assert float(lines[1].rsplit(" ", 1)[1]) > 0.5  # it learns
+    assert (tmp_path / "ckpt" / "rank1.pt").exists()
+    resumed = subprocess.run(
+        [*command, "--resume", "--epochs", "3"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("epoch")] == [
+        "epoch 2"
+    ]
