@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
-from torch.utils.data import default_collate
+from torch.utils.data import default_collate, get_worker_info
 
+from ._packing import pack_tensors
 from .ragged import Ragged
 
 __all__ = ["collate", "split_batch"]
@@ -36,6 +38,12 @@ def collate(samples: Sequence[Any]) -> Any:
         >>> batch["ids"].tolist()
         [[1, 2], [3]]
     """
+    batch = _collate(samples)
+    # In a DataLoader worker: one shared-memory block for the batch instead of one per tensor.
+    return pack_tensors(batch) if get_worker_info() is not None else batch
+
+
+def _collate(samples: Sequence[Any]) -> Any:
     if len(samples) == 0:
         raise ValueError("collate needs at least one sample")
     first = samples[0]
@@ -44,7 +52,7 @@ def collate(samples: Sequence[Any]) -> Any:
         for sample in samples:
             if not isinstance(sample, Mapping) or list(sample.keys()) != keys:
                 raise ValueError(f"samples have different keys: {keys} vs {list(sample)}")
-        return {key: collate([sample[key] for sample in samples]) for key in keys}
+        return {key: _collate([sample[key] for sample in samples]) for key in keys}
     if isinstance(first, torch.Tensor):
         return _collate_tensors(samples)
     if isinstance(first, bytes | str | Ragged):
@@ -55,19 +63,20 @@ def collate(samples: Sequence[Any]) -> Any:
         if any(len(sample) != len(first) for sample in samples):
             raise ValueError("sequence samples have different lengths; decode them as tensors")
         return (
-            type(first)(collate(list(column)) for column in zip(*samples))
+            type(first)(_collate(list(column)) for column in zip(*samples))
             if isinstance(first, tuple)
-            else [collate(list(column)) for column in zip(*samples)]
+            else [_collate(list(column)) for column in zip(*samples)]
         )
     return default_collate(list(samples))
 
 
 def _rows(column: Any, size: int) -> list[Any]:
+    # Rows are views of the batch's tensors (no copy): the batch is small and never reused.
     if isinstance(column, torch.Tensor):
-        # Each sample owns its memory: a view would keep (and send between processes) the batch.
-        return [row.clone() for row in column.unbind(0)]
+        return list(column.unbind(0))
     if isinstance(column, Ragged):
-        return [column[i].clone() for i in range(size)]
+        bounds = column.offsets.tolist()
+        return [column.values[begin:end] for begin, end in itertools.pairwise(bounds)]
     if isinstance(column, list):
         return column
     raise TypeError(f"cannot split a batch column of type {type(column).__name__}")

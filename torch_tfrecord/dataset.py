@@ -17,6 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
 from ._resume import Resume, decode_state, encode_state, merge_loader_state
 from .codec import SpecArg
@@ -199,6 +200,8 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             if self.plan.batch_size:
                 for unit in units.tolist():
                     batch = self._load(self.plan.unit_positions([unit]), epoch)
+                    if info is not None:  # one shared-memory block per batch sent to the main process
+                        batch = pack_tensors(batch)
                     live.yielded += 1  # counted before the yield: a state taken now includes it
                     yield batch
             else:

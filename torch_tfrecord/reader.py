@@ -481,46 +481,71 @@ def read_entries_at(
             f"index entry {tuple(entries[bad].tolist())} for record {record_numbers[bad]} runs past "
             f"the end of {path!r} ({size} bytes): the index does not describe this file"
         )
-    unpack_header = _HEADER.unpack_from
+    # Plain Python ints from here: numpy scalar access would cost more than the read itself.
+    offsets, framed_sizes, numbers = entries[:, 0].tolist(), entries[:, 1].tolist(), record_numbers.tolist()
+    unpack_header, unpack_footer, pread = _HEADER.unpack_from, _FOOTER.unpack_from, os.pread
     for first, stop in _coalesce(entries, record_numbers):
-        start = int(entries[first, 0])
-        buffer = os.pread(fd, int(ends[stop - 1]) - start, start)
-        if len(buffer) != int(ends[stop - 1]) - start:
+        start, run_size = offsets[first], offsets[stop - 1] + framed_sizes[stop - 1] - offsets[first]
+        buffer = pread(fd, run_size, start)
+        if len(buffer) != run_size:
             raise StaleIndexError(
                 f"{path!r} ended at byte {start + len(buffer)} while reading records "
-                f"{record_numbers[first]}..{record_numbers[stop - 1]}: it shrank since it was indexed"
+                f"{numbers[first]}..{numbers[stop - 1]}: it shrank since it was indexed"
             )
         position = 0
         for row in range(first, stop):
             length, length_crc = unpack_header(buffer, position)
-            framed = int(entries[row, 1])
-            offset = start + position
-            span = _Span(path, offset, None, size, first_record=int(record_numbers[row]))
-            if length + FRAME_OVERHEAD != framed:
-                if verify_crc:
-                    _check_length_crc(span, buffer, position, offset, 0)
-                raise StaleIndexError(
-                    f"index entry {tuple(entries[row].tolist())} for record {record_numbers[row]} of "
-                    f"{path!r} says {framed} framed bytes, but the record at that offset has "
-                    f"{length + FRAME_OVERHEAD}: the index does not describe this file"
+            framed = framed_sizes[row]
+            end = position + framed
+            payload = buffer[position + HEADER_SIZE : end - 4]
+            if length + FRAME_OVERHEAD != framed or (
+                verify_crc
+                and (
+                    _masked(crc32c(buffer[position : position + 8])) != length_crc
+                    or _masked(crc32c(payload)) != unpack_footer(buffer, end - 4)[0]
                 )
-            payload = buffer[position + HEADER_SIZE : position + framed - 4]
-            if verify_crc:
-                if _masked(crc32c(buffer[position : position + 8])) != length_crc:
-                    _check_length_crc(span, buffer, position, offset, 0)
-                (stored,) = _FOOTER.unpack_from(buffer, position + framed - 4)
-                computed = _masked(crc32c(payload))
-                if computed != stored:
-                    raise CorruptRecordError(
-                        f"data CRC mismatch in {span.where(offset, 0)}: stored 0x{stored:08x}, "
-                        f"computed 0x{computed:08x}",
-                        path=path,
-                        offset=offset,
-                        record=int(record_numbers[row]),
-                    )
+            ):
+                raise _entry_error(
+                    path, size, buffer, position, start + position, framed, numbers[row], verify_crc
+                )
             payloads.append(payload)
-            position += framed
+            position = end
     return payloads
+
+
+def _entry_error(
+    path: str,
+    size: int,
+    buffer: bytes,
+    position: int,
+    offset: int,
+    framed: int,
+    record: int,
+    verify_crc: bool,
+) -> TFRecordError:
+    """What is wrong with the record at ``offset`` that its index entry says is ``framed`` bytes."""
+    span = _Span(path, offset, None, size, first_record=record)
+    length, length_crc = _HEADER.unpack_from(buffer, position)
+    if verify_crc and _masked(crc32c(buffer[position : position + 8])) != length_crc:
+        try:
+            _check_length_crc(span, buffer, position, offset, 0)
+        except CorruptRecordError as error:
+            return error
+    if length + FRAME_OVERHEAD != framed:
+        return StaleIndexError(
+            f"index entry ({offset}, {framed}) for record {record} of {path!r} says {framed} framed "
+            f"bytes, but the record at that offset has {length + FRAME_OVERHEAD}: the index does not "
+            "describe this file"
+        )
+    payload = buffer[position + HEADER_SIZE : position + framed - 4]
+    (stored,) = _FOOTER.unpack_from(buffer, position + framed - 4)
+    return CorruptRecordError(
+        f"data CRC mismatch in {span.where(offset, 0)}: stored 0x{stored:08x}, "
+        f"computed 0x{_masked(crc32c(payload)):08x}",
+        path=path,
+        offset=offset,
+        record=record,
+    )
 
 
 def read_framed_sizes(path: PathLike, *, verify_crc: bool = False) -> npt.NDArray[np.int64]:
