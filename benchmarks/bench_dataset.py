@@ -32,9 +32,9 @@ import torch
 from torch.utils.data import ChainDataset, DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_decode import SPECS, TFRECORD_DESCRIPTIONS, make_dataset  # noqa: E402
+from bench_decode import SPECS, TFRECORD_DESCRIPTIONS, make_dataset
 
-import torch_tfrecord as tt  # noqa: E402
+import torch_tfrecord as tt
 
 BATCH = 256
 

@@ -63,7 +63,8 @@ def pack_tensors(batch: Any) -> Any:
     for tensor in tensors:
         places.append(total)
         total += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
-    block = torch.empty(total, dtype=torch.uint8)
+    # Allocated in shared memory already, so sending it to the main process copies nothing.
+    block = torch.empty(total, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
     views: dict[int, torch.Tensor] = {}
     for tensor, place in zip(tensors, places, strict=True):
         if id(tensor) in views:

@@ -195,11 +195,16 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                 skip = self._resume.yielded
         live = self._live = _Live(epoch, progress, workers, skip)
         remaining = progress.remaining(self.plan.units_per_rank)
-        for block in workers.items(remaining, skip, block=chunk):
+        batch_size = self.plan.batch_size
+        # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
+        for block in workers.items(remaining, skip, block=16 if batch_size else chunk):
             units = progress.units(block)
-            if self.plan.batch_size:
-                for unit in units.tolist():
-                    batch = self._load(self.plan.unit_positions([unit]), epoch)
+            if batch_size:
+                ids, padding = self.plan.records(self.plan.unit_positions(units), epoch)
+                for first in range(0, len(ids), batch_size):
+                    batch = self._load(
+                        ids[first : first + batch_size], padding[first : first + batch_size], epoch
+                    )
                     if info is not None:  # one shared-memory block per batch sent to the main process
                         batch = pack_tensors(batch)
                     live.yielded += 1  # counted before the yield: a state taken now includes it
@@ -211,8 +216,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
 
-    def _load(self, rank_positions: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
-        ids, padding = self.plan.records(rank_positions, epoch)
+    def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
         batch, ids, padding = self._decoder.decode(ids, padding)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)

@@ -484,7 +484,8 @@ def read_entries_at(
     # Plain Python ints from here: numpy scalar access would cost more than the read itself.
     offsets, framed_sizes, numbers = entries[:, 0].tolist(), entries[:, 1].tolist(), record_numbers.tolist()
     unpack_header, unpack_footer, pread = _HEADER.unpack_from, _FOOTER.unpack_from, os.pread
-    for first, stop in _coalesce(entries, record_numbers):
+    runs = [0, *(np.flatnonzero((entries[1:, 0] != ends[:-1]) | (np.diff(record_numbers) != 1)) + 1).tolist()]
+    for first, stop in itertools.pairwise([*runs, len(offsets)] if offsets else []):
         start, run_size = offsets[first], offsets[stop - 1] + framed_sizes[stop - 1] - offsets[first]
         buffer = pread(fd, run_size, start)
         if len(buffer) != run_size:
