@@ -136,9 +136,8 @@ def main() -> None:
             for workers in (0, 2):
                 seconds, n = timed(lambda: function(paths, name, workers, shuffle), args.repeats)
                 rows.append((name, label, workers, n, seconds, peer[workers]))
-    print(
-        f"{'data':6} {'pipeline':34} {'workers':>7} {'records':>8} {'median s':>9} {'records/s':>10} {'x peer':>7}"
-    )
+    header = f"{'data':6} {'pipeline':34} {'workers':>7} {'records':>8} {'median s':>9} {'records/s':>10}"
+    print(f"{header} {'x peer':>7}")
     for name, label, workers, n, seconds, peer_rate in rows:
         rate = n / seconds
         print(
@@ -158,8 +157,8 @@ def main() -> None:
     for row in peak_rss(directory, datasets["small"]):
         assert row["seen"] == row["records"]
         print(
-            f"{row['records']:>10,} {row['main_after_index_kb'] / 1024:>20.0f} {row['main_kb'] / 1024:>13.0f} "
-            f"{row['worker_kb'] / 1024:>15.0f}"
+            f"{row['records']:>10,} {row['main_after_index_kb'] / 1024:>20.0f} "
+            f"{row['main_kb'] / 1024:>13.0f} {row['worker_kb'] / 1024:>15.0f}"
         )
 
 
