@@ -158,7 +158,7 @@ def test_state_from_steps_taken_through_a_plain_dataloader(id_shards: Callable[.
     midway = resumed.state_dict(consumed=2)  # counted from the resumed place
     assert midway["start"] == 7
     assert _ids(taken + rest)[0] == _ids(make())[0]
-    with pytest.raises(ValueError, match="yielded 99"):
+    with pytest.raises(ValueError, match=r"consumed=99 must be in \[0, 13\]"):
         make().state_dict(consumed=99)
 
 
@@ -230,6 +230,10 @@ def test_state_from_another_dataset_or_setting_is_refused(
         tt.TFRecordDataset(other, spec=SPEC, batch_size=4, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="not a TFRecordDataset state"):
         ds.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="malformed TFRecordDataset state.*start"):
+        ds.load_state_dict({key: value for key, value in state.items() if key != "start"})
+    with pytest.raises(ValueError, match="malformed StatefulDataLoader state"):
+        ds.load_state_dict({"_snapshot": {}})
 
 
 def _noise(sample: dict[str, Any]) -> dict[str, Any]:

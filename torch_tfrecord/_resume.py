@@ -59,12 +59,15 @@ def decode_state(state: Mapping[str, Any], identity: Mapping[str, Any]) -> Resum
             raise ValueError(
                 f"cannot resume: the state was saved with {what} {found!r}, this dataset has {expected!r}"
             )
-    progress = Progress(int(state["start"]), tuple(int(d) for d in state["done"]))
-    worker = state.get("worker")
-    if worker is None:
-        return Resume(int(state["epoch"]), progress)
-    workers = WorkerSlice(int(worker["num_workers"]), int(worker["worker_id"]), int(worker["chunk"]))
-    return Resume(int(state["epoch"]), progress, workers, int(worker["yielded"]))
+    try:
+        progress = Progress(int(state["start"]), tuple(int(d) for d in state["done"]))
+        worker = state.get("worker")
+        if worker is None:
+            return Resume(int(state["epoch"]), progress)
+        workers = WorkerSlice(int(worker["num_workers"]), int(worker["worker_id"]), int(worker["chunk"]))
+        return Resume(int(state["epoch"]), progress, workers, int(worker["yielded"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise ValueError(f"malformed TFRecordDataset state ({type(error).__name__}: {error})") from None
 
 
 def merge_loader_state(state: Mapping[str, Any], total_units: int) -> dict[str, Any]:
@@ -86,8 +89,11 @@ def merge_loader_state(state: Mapping[str, Any], total_units: int) -> dict[str, 
             "the StatefulDataLoader state was taken between worker snapshots; use "
             "snapshot_every_n_steps=1 to resume it here, or load it into the same StatefulDataLoader"
         )
-    snapshots = state["_snapshot"]["_worker_snapshots"]
-    worker_states = [snapshots[f"worker_{i}"]["dataset_state"] for i in range(len(snapshots))]
+    try:
+        snapshots = state["_snapshot"]["_worker_snapshots"]
+        worker_states = [snapshots[f"worker_{i}"]["dataset_state"] for i in range(len(snapshots))]
+    except (KeyError, TypeError) as error:
+        raise ValueError(f"malformed StatefulDataLoader state: no {error} in it") from None
     if not worker_states or any(s is None for s in worker_states):
         raise ValueError("the loader state holds no dataset state for some worker")
     first = worker_states[0]

@@ -262,6 +262,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             if resume is not None and resume.workers is not None:
                 raise ValueError("consumed= cannot extend one worker's state")
             progress = resume.progress if resume is not None else Progress()
+            remaining = progress.remaining(self.plan.units_per_rank)
+            if not 0 <= consumed <= remaining:
+                raise ValueError(f"{consumed=} must be in [0, {remaining}]: the units left in epoch {epoch}")
             progress = merge_progress(progress, self.plan.units_per_rank, WorkerSlice(1, 0, 1), [consumed])
         elif live is not None and live.epoch == epoch:
             progress, workers, yielded = live.progress, live.workers, live.yielded
