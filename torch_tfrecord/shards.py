@@ -28,7 +28,8 @@ logger = logging.getLogger(__name__)
 
 IndexArg = str | Mapping[str, str | npt.ArrayLike] | Callable[[str], str] | None
 """Where indexes come from: None (``<path>.idx`` or a scan), a pattern such as
-``"/indexes/{name}.idx"`` (fields ``path``, ``name``, ``stem``, ``dir``), a mapping from data
+``"/indexes/{name}.idx"`` (fields ``path``, ``name``, ``stem``, ``dir``), a directory holding
+``<name>.idx`` files (a string with no ``{``), a mapping from data
 path (or file name) to index path or ``(offset, framed_size)`` table, or a function of the path."""
 
 _MAX_OPEN_FILES = 64
