@@ -486,3 +486,20 @@ def test_indexed_dataset_transform_is_seeded_per_index(id_shards: Callable[..., 
     assert first == [float(ds[i]["noise"]) for i in range(6)]
     ds.set_epoch(1)
     assert first != [float(ds[i]["noise"]) for i in range(6)]
+
+
+def test_file_changed_after_opening_is_a_stale_index_error(id_shards: Callable[..., list[Path]]) -> None:
+    paths = id_shards([6, 6])
+    ds = tt.IndexedTFRecordDataset(paths, spec=SPEC)
+    data = paths[1].read_bytes()
+    paths[1].write_bytes(data[: len(data) // 2])  # shrank under the open dataset
+    with pytest.raises(tt.StaleIndexError, match=r"shard-001\.tfrecord.*shrank"):
+        ds[11]
+    # Same size, other framing: record 1's header now announces one byte less (with a valid CRC).
+    table = tt.load_index(tt.default_index_path(paths[1]))
+    offset, framed = int(table[1, 0]), int(table[1, 1])
+    header = tt.encode_record(b"\x00" * (framed - 17))[:12]
+    paths[1].write_bytes(data[:offset] + header + data[offset + 12 :])
+    expected = rf"record 1 of .*shard-001\.tfrecord' says {framed} framed bytes, but .* has {framed - 1}:"
+    with pytest.raises(tt.StaleIndexError, match=expected):
+        ds[7]

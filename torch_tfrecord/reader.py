@@ -422,10 +422,7 @@ def _read_run(
     run_end = int(table[stop - 1, 0] + table[stop - 1, 1])
     if run_end > size:
         bad = first + int(np.flatnonzero(table[first:stop, 0] + table[first:stop, 1] > size)[0])
-        raise StaleIndexError(
-            f"index entry {tuple(table[bad].tolist())} for record {numbers[bad]} runs past the end "
-            f"of {path!r} ({size} bytes): the index does not describe this file"
-        )
+        raise _past_end_error(path, size, table, numbers, bad)
     stream.seek(start)
     # The span may read up to the file's end, so that a record longer than its entry is
     # reported as a stale index rather than as a truncated file.
@@ -434,10 +431,8 @@ def _read_run(
     for payload in _scan(stream, span, verify_crc):
         framed = len(payload) + FRAME_OVERHEAD
         if framed != table[position, 1]:
-            raise StaleIndexError(
-                f"index entry {tuple(table[position].tolist())} for record {numbers[position]} of "
-                f"{path!r} says {table[position, 1]} framed bytes, but the record at that offset "
-                f"has {framed}: the index does not describe this file"
+            raise _size_mismatch_error(
+                path, int(table[position, 0]), int(table[position, 1]), int(numbers[position]), framed
             )
         yield payload
         position += 1
@@ -477,10 +472,7 @@ def read_entries_at(
     ends = entries[:, 0] + entries[:, 1]
     if len(entries) and int(ends.max()) > size:
         bad = int(np.flatnonzero(ends > size)[0])
-        raise StaleIndexError(
-            f"index entry {tuple(entries[bad].tolist())} for record {record_numbers[bad]} runs past "
-            f"the end of {path!r} ({size} bytes): the index does not describe this file"
-        )
+        raise _past_end_error(path, size, entries, record_numbers, bad)
     # Plain Python ints from here: numpy scalar access would cost more than the read itself.
     offsets, framed_sizes, numbers = entries[:, 0].tolist(), entries[:, 1].tolist(), record_numbers.tolist()
     unpack_header, unpack_footer, pread = _HEADER.unpack_from, _FOOTER.unpack_from, os.pread
@@ -514,6 +506,22 @@ def read_entries_at(
     return payloads
 
 
+def _past_end_error(
+    path: str, size: int, entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64], bad: int
+) -> StaleIndexError:
+    return StaleIndexError(
+        f"index entry {tuple(entries[bad].tolist())} for record {numbers[bad]} runs past the end "
+        f"of {path!r} ({size} bytes): the index does not describe this file"
+    )
+
+
+def _size_mismatch_error(path: str, offset: int, framed: int, record: int, found: int) -> StaleIndexError:
+    return StaleIndexError(
+        f"index entry ({offset}, {framed}) for record {record} of {path!r} says {framed} framed bytes, "
+        f"but the record at that offset has {found}: the index does not describe this file"
+    )
+
+
 def _entry_error(
     path: str,
     size: int,
@@ -533,11 +541,7 @@ def _entry_error(
         except CorruptRecordError as error:
             return error
     if length + FRAME_OVERHEAD != framed:
-        return StaleIndexError(
-            f"index entry ({offset}, {framed}) for record {record} of {path!r} says {framed} framed "
-            f"bytes, but the record at that offset has {length + FRAME_OVERHEAD}: the index does not "
-            "describe this file"
-        )
+        return _size_mismatch_error(path, offset, framed, record, length + FRAME_OVERHEAD)
     payload = buffer[position + HEADER_SIZE : position + framed - 4]
     (stored,) = _FOOTER.unpack_from(buffer, position + framed - 4)
     return CorruptRecordError(
