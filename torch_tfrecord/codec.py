@@ -7,6 +7,7 @@ away. :func:`decode_example` is that call with a batch of one.
 
 from __future__ import annotations
 
+import logging
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from google.protobuf.message import DecodeError
 
+from . import native
 from .errors import (
     ExampleDecodeError,
     FeatureError,
@@ -33,6 +35,8 @@ __all__ = [
     "decode_sequence_batch",
     "decode_sequence_example",
 ]
+
+logger = logging.getLogger(__name__)
 
 SpecArg = Mapping[str, Any] | None
 Locations = Sequence[str] | None
@@ -355,38 +359,57 @@ def _scalar_int(column: _Column, fmap: Any, name: str, i: int) -> int:
     return int(values[0])
 
 
+def _raw_tensor(column: _Column, spec: RawTensor, i: int, data: Any, dims: list[int]) -> torch.Tensor:
+    """Record ``i``'s RawTensor bytes ``data`` as a tensor of ``dims`` (with -1 resolved)."""
+    itemsize = torch.empty((), dtype=spec.dtype).element_size()
+    if any(d < -1 for d in dims):
+        raise column.wrong_count(i, f"non-negative dimensions, got shape {dims}", len(data))
+    if len(data) % itemsize:
+        raise column.wrong_count(i, f"a whole number of {spec.dtype} items ({itemsize} bytes each)", len(data))
+    count = len(data) // itemsize
+    known = math.prod(d for d in dims if d != -1)
+    if -1 in dims:
+        if known == 0 or count % known:
+            raise column.wrong_count(i, f"items filling shape {tuple(dims)}", count)
+        dims[dims.index(-1)] = count // known
+    elif known != count:
+        raise column.wrong_count(i, f"{known} {spec.dtype} items for shape {tuple(dims)}", count)
+    array = np.frombuffer(data, dtype=np.uint8).copy()  # writable, owned by the tensor
+    return torch.from_numpy(array).view(spec.dtype).reshape(dims)
+
+
+def _stack_raw(spec: RawTensor, tensors: list[torch.Tensor]) -> Any:
+    return torch.stack(tensors) if spec.is_static and tensors else tensors
+
+
 def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
     lists = column.lists(maps, "bytes_list")
-    itemsize = torch.empty((), dtype=spec.dtype).element_size()
     tensors = []
     for i, values in enumerate(lists):
         if values is None:
             raise column.missing(i)
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one bytes value", len(values))
-        data = values[0]
         dims = [d if isinstance(d, int) else _scalar_int(column, maps[i], d, i) for d in spec.shape]
-        if any(d < -1 for d in dims):
-            raise column.wrong_count(i, f"non-negative dimensions, got shape {dims}", len(data))
-        if len(data) % itemsize:
-            raise column.wrong_count(
-                i, f"a whole number of {spec.dtype} items ({itemsize} bytes each)", len(data)
-            )
-        count = len(data) // itemsize
-        known = math.prod(d for d in dims if d != -1)
-        if -1 in dims:
-            if known == 0 or count % known:
-                raise column.wrong_count(i, f"items filling shape {tuple(dims)}", count)
-            dims[dims.index(-1)] = count // known
-        elif known != count:
-            raise column.wrong_count(i, f"{known} {spec.dtype} items for shape {tuple(dims)}", count)
-        array = np.frombuffer(data, dtype=np.uint8).copy()  # writable, owned by the tensor
-        tensors.append(torch.from_numpy(array).view(spec.dtype).reshape(dims))
-    return torch.stack(tensors) if spec.is_static and tensors else tensors
+        tensors.append(_raw_tensor(column, spec, i, values[0], dims))
+    return _stack_raw(spec, tensors)
+
+
+def _image(column: _Column, spec: Image, i: int, data: bytes) -> torch.Tensor:
+    """Record ``i``'s encoded image as a uint8 CHW tensor."""
+    from .vision import decode_image
+
+    try:
+        return decode_image(data, spec.mode)
+    except FeatureError:
+        raise
+    except Exception as error:  # a codec's own error type: say which record and key
+        detail = f" is not a decodable image ({len(data)} bytes, starting {bytes(data[:8])!r})"
+        raise column.type_error(i, f"{detail}: {error}") from error
 
 
 def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[torch.Tensor]:
-    from .vision import decode_image, image_backend
+    from .vision import image_backend
 
     image_backend()  # no image library: an ImportError naming the extra, not "not an image"
     lists = column.lists(maps, "bytes_list")
@@ -396,13 +419,7 @@ def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[tor
             raise column.missing(i)
         if len(values) != 1:
             raise column.wrong_count(i, "exactly one encoded image", len(values))
-        try:
-            images.append(decode_image(values[0], spec.mode))
-        except FeatureError:
-            raise
-        except Exception as error:  # a codec's own error type: say which record and key
-            detail = f" is not a decodable image ({len(values[0])} bytes, starting {bytes(values[0][:8])!r})"
-            raise column.type_error(i, f"{detail}: {error}") from error
+        images.append(_image(column, spec, i, values[0]))
     return images
 
 
@@ -478,12 +495,33 @@ def decode_batch(
     """
     if locations is not None and len(locations) != len(records):
         raise ValueError(f"{len(locations)} locations for {len(records)} records")
+    normalized = normalize_spec(spec)
+    rejected = None
+    if normalized is not None and records and native.decoder() == "native":
+        try:
+            decoded = native.decode_examples(records, normalized, locations)
+        except (native.Rejected, FeatureError) as error:
+            rejected = error  # the protobuf decoder below raises the exact error
+        else:
+            if decoded is not None:
+                return decoded
     examples = _parse(records, Example, locations)
     maps = [example.features.feature for example in examples]
-    normalized = normalize_spec(spec)
-    return _decode_features(
+    result = _decode_features(
         maps, normalized if normalized is not None else _infer_batch_spec(maps, locations), locations
     )
+    _accepted_after_rejection(rejected)
+    return result
+
+
+def _accepted_after_rejection(rejected: Exception | None) -> None:
+    """The decoders disagree (the native one rejected what protobuf decodes): say so, loudly."""
+    if rejected is not None:
+        logger.warning(
+            "the native decoder rejected a batch that the protobuf decoder accepts (%s); using the "
+            "protobuf result. Please report this with the records.",
+            rejected,
+        )
 
 
 def _unbatch(value: Any) -> Any:
@@ -565,11 +603,23 @@ def _parse_sequences(
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
     if locations is not None and len(locations) != len(records):
         raise ValueError(f"{len(locations)} locations for {len(records)} records")
+    context_specs = normalize_spec(context_spec or {}) or {}
+    sequence_specs = _sequence_spec(sequence_spec)
+    rejected = None
+    if records and native.decoder() == "native":
+        try:
+            decoded = native.decode_sequences(records, context_specs, sequence_specs, locations)
+        except (native.Rejected, FeatureError) as error:
+            rejected = error  # the protobuf decoder below raises the exact error
+        else:
+            if decoded is not None:
+                return decoded
     messages = _parse(records, SequenceExample, locations)
     context_maps = [m.context.feature for m in messages]
-    context = _decode_features(context_maps, normalize_spec(context_spec or {}) or {}, locations)
+    context = _decode_features(context_maps, context_specs, locations)
     lists_maps = [m.feature_lists.feature_list for m in messages]
-    sequences, lengths = _decode_feature_lists(lists_maps, _sequence_spec(sequence_spec), locations)
+    sequences, lengths = _decode_feature_lists(lists_maps, sequence_specs, locations)
+    _accepted_after_rejection(rejected)
     return context, sequences, lengths
 
 

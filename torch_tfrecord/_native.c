@@ -1,0 +1,1027 @@
+/*
+ * torch_tfrecord._native: the compiled decoder.
+ *
+ * Takes one contiguous buffer of records (framed TFRecord records or bare payloads) and a
+ * compiled spec, checks the framing and CRCs, walks the protobuf wire format of Example /
+ * SequenceExample and fills one growable column per spec key: values (int64, float32, or
+ * (start, length) spans of bytes in the input buffer) and row offsets. The GIL is released
+ * while parsing; column memory is handed to Python as NativeBuffer objects (no copy).
+ *
+ * Safety: the input is untrusted. Every read is bounds-checked against the end of its
+ * enclosing message; no allocation is sized from a length field, only from bytes actually
+ * present (a column grows as values are appended, and values come from input bytes).
+ * Everything the protobuf runtime (upb) rejects is rejected here too: malformed varints,
+ * lengths past the end, bad wire types, field number 0, unterminated or mismatched groups,
+ * packed float payloads that are not a multiple of 4, invalid UTF-8 in map keys. Unknown
+ * fields and known fields with an unexpected wire type are skipped, as upb keeps them as
+ * unknown fields. The Python layer turns a rejection into the reference decoder's exact error.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ------------------------------------------------------------------------------------------ */
+/* CRC32C (Castagnoli): SSE4.2 instruction where the CPU has it, slicing-by-8 tables otherwise */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init_tables(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc_update_sw(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        word ^= crc; /* little-endian hosts only: checked at module init */
+        crc = crc_table[7][word & 0xFF] ^ crc_table[6][(word >> 8) & 0xFF] ^
+              crc_table[5][(word >> 16) & 0xFF] ^ crc_table[4][(word >> 24) & 0xFF] ^
+              crc_table[3][(word >> 32) & 0xFF] ^ crc_table[2][(word >> 40) & 0xFF] ^
+              crc_table[1][(word >> 48) & 0xFF] ^ crc_table[0][word >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2"))) static uint32_t crc_update_hw(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c = crc;
+    while (n >= 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        c = _mm_crc32_u64(c, word);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n--) c32 = _mm_crc32_u8(c32, *p++);
+    return c32;
+}
+#endif
+
+static int use_hw_crc = 0;
+
+static uint32_t masked_crc(const uint8_t *p, size_t n) {
+    uint32_t crc;
+#ifdef HAVE_HW_CRC
+    if (use_hw_crc)
+        crc = ~crc_update_hw(0xFFFFFFFFu, p, n);
+    else
+#endif
+        crc = ~crc_update_sw(0xFFFFFFFFu, p, n);
+    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+static inline uint32_t load_u32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+static inline uint64_t load_u64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Growable memory, and the Python object that owns it once parsing is done */
+
+typedef struct {
+    char *data;
+    size_t len; /* bytes used */
+    size_t cap;
+} Buf;
+
+static int buf_reserve(Buf *b, size_t extra) {
+    if (b->cap - b->len >= extra) return 1;
+    size_t want = b->cap ? b->cap : 256;
+    while (want - b->len < extra) {
+        if (want > SIZE_MAX / 2) return 0;
+        want *= 2;
+    }
+    char *data = realloc(b->data, want);
+    if (!data) return 0;
+    b->data = data;
+    b->cap = want;
+    return 1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t len;
+    Py_ssize_t exports;
+} NativeBuffer;
+
+static int nb_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    NativeBuffer *nb = (NativeBuffer *)self;
+    if (PyBuffer_FillInfo(view, self, nb->data, nb->len, 0, flags) < 0) return -1;
+    nb->exports++;
+    return 0;
+}
+
+static void nb_releasebuffer(PyObject *self, Py_buffer *view) {
+    (void)view;
+    ((NativeBuffer *)self)->exports--;
+}
+
+static void nb_dealloc(PyObject *self) {
+    free(((NativeBuffer *)self)->data);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *nb_len_get(PyObject *self, void *closure) {
+    (void)closure;
+    return PyLong_FromSsize_t(((NativeBuffer *)self)->len);
+}
+
+static PyBufferProcs nb_as_buffer = {nb_getbuffer, nb_releasebuffer};
+static PyGetSetDef nb_getset[] = {{"nbytes", nb_len_get, NULL, "size in bytes", NULL}, {NULL}};
+
+static PyTypeObject NativeBufferType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "torch_tfrecord._native.NativeBuffer",
+    .tp_basicsize = sizeof(NativeBuffer),
+    .tp_dealloc = nb_dealloc,
+    .tp_as_buffer = &nb_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Memory filled by the native decoder; expose it with numpy.frombuffer.",
+    .tp_getset = nb_getset,
+};
+
+/* Takes ownership of b's memory (even on failure). */
+static PyObject *nb_from_buf(Buf *b) {
+    NativeBuffer *nb = PyObject_New(NativeBuffer, &NativeBufferType);
+    if (!nb) {
+        free(b->data);
+        b->data = NULL;
+        return NULL;
+    }
+    if (!b->data) b->data = malloc(1); /* a valid pointer for empty buffers */
+    nb->data = b->data;
+    nb->len = (Py_ssize_t)b->len;
+    nb->exports = 0;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    if (!nb->data) {
+        Py_DECREF(nb);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)nb;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Columns: what the spec asks for, and what the parse fills */
+
+enum { KIND_NONE = 0, KIND_BYTES = 1, KIND_FLOAT = 2, KIND_INT64 = 3 };
+
+enum {
+    MODE_VAR = 0,   /* any number of values; missing = none */
+    MODE_FIXED = 1, /* exactly numel values; missing = default, or an error without one */
+    MODE_MULT = 2,  /* a multiple of numel values; missing = none, or an error if required */
+    MODE_ONE = 3,   /* exactly one value; missing is an error */
+};
+
+enum {
+    ERR_NONE = 0,
+    ERR_MEMORY = 1,
+    ERR_PARSE = 2,   /* not a valid serialized message */
+    ERR_TYPE = 3,    /* a feature holds another kind of list */
+    ERR_COUNT = 4,   /* a feature holds the wrong number of values */
+    ERR_MISSING = 5, /* a required feature is missing */
+    ERR_FRAME = 6,   /* framing: bounds, or length field disagrees with the entry */
+    ERR_CRC = 7,     /* framing: a CRC does not match */
+};
+
+typedef struct {
+    const char *key;
+    Py_ssize_t key_len;
+    int kind;
+    int mode;
+    int required;  /* MODE_MULT / sequences: missing is an error */
+    int sequence;  /* a feature list of a SequenceExample */
+    int64_t numel; /* values per row (FIXED), per step (sequence FIXED) or the multiple (MULT) */
+    const char *def;
+    int64_t def_count;
+    /* outputs */
+    Buf values;
+    Buf steps;     /* sequences: int64 value offset at the end of each step */
+    int64_t *rows; /* n + 1: value (or step) offset of each record */
+    uint8_t *status; /* n: 0 missing, 1 present */
+    /* per record */
+    size_t rec_values; /* values.len at the start of the record */
+    size_t rec_steps;
+    int seen;
+    int which; /* the list kind the feature holds (last entry wins) */
+    int bad_step; /* sequences: a step held another kind */
+} Column;
+
+static inline size_t elem_size(int kind) { return kind == KIND_BYTES ? 16 : kind == KIND_FLOAT ? 4 : 8; }
+
+typedef struct {
+    const uint8_t *base;
+    Column *cols;
+    int ncols;
+    int err;
+    int err_col;
+} Ctx;
+
+#define DEPTH_LIMIT 100
+
+/* ------------------------------------------------------------------------------------------ */
+/* Wire format */
+
+static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *out) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= end) return 0;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) {
+            *pp = p;
+            *out = v;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A tag: at most 5 bytes, fits 32 bits, field number > 0, wire type 0..5. */
+static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wire) {
+    const uint8_t *p = *pp;
+    uint64_t v = 0;
+    int i;
+    for (i = 0; i < 5; i++) {
+        if (p >= end) return 0;
+        uint8_t b = *p++;
+        v |= (uint64_t)(b & 0x7F) << (7 * i);
+        if (b < 0x80) break;
+    }
+    if (i == 5 || v > 0xFFFFFFFFu) return 0;
+    *field = (uint32_t)(v >> 3);
+    *wire = (int)(v & 7);
+    if (*field == 0 || *wire > 5) return 0;
+    *pp = p;
+    return 1;
+}
+
+/* A length-delimited payload: [*pp, *pp + len) inside end. */
+static inline int read_len(const uint8_t **pp, const uint8_t *end, const uint8_t **sub_end) {
+    uint64_t len;
+    if (!read_varint(pp, end, &len)) return 0;
+    if (len > 0x7FFFFFFFu || len > (uint64_t)(end - *pp)) return 0;
+    *sub_end = *pp + len;
+    return 1;
+}
+
+static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wire, int depth);
+
+/* Skips to the END_GROUP of `field`. */
+static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t field, int depth) {
+    if (depth >= DEPTH_LIMIT) return 0;
+    while (*pp < end) {
+        uint32_t f;
+        int w;
+        if (!read_tag(pp, end, &f, &w)) return 0;
+        if (w == 4) return f == field;
+        if (!skip_field(pp, end, f, w, depth + 1)) return 0;
+    }
+    return 0; /* unterminated */
+}
+
+static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, int wire, int depth) {
+    uint64_t v;
+    const uint8_t *sub_end;
+    switch (wire) {
+        case 0:
+            return read_varint(pp, end, &v);
+        case 1:
+            if (end - *pp < 8) return 0;
+            *pp += 8;
+            return 1;
+        case 2:
+            if (!read_len(pp, end, &sub_end)) return 0;
+            *pp = sub_end;
+            return 1;
+        case 3:
+            return skip_group(pp, end, field, depth);
+        case 5:
+            if (end - *pp < 4) return 0;
+            *pp += 4;
+            return 1;
+        default: /* END_GROUP outside a group */
+            return 0;
+    }
+}
+
+/* UTF-8 as upb checks it (no overlongs, no surrogates, at most U+10FFFF). */
+static int valid_utf8(const uint8_t *p, const uint8_t *end) {
+    while (p < end) {
+        uint8_t c = *p;
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        int n;
+        uint32_t cp;
+        if (c >= 0xC2 && c <= 0xDF) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (end - p <= n) return 0;
+        for (int k = 1; k <= n; k++) {
+            if ((p[k] & 0xC0) != 0x80) return 0;
+            cp = (cp << 6) | (p[k] & 0x3F);
+        }
+        if ((n == 2 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)))
+            return 0;
+        p += n + 1;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Example messages */
+
+/* The content of a BytesList / FloatList / Int64List of `kind`; appends values to `out` when
+ * given (`base` is where byte spans are measured from), else only checks the bytes. */
+static int parse_list(Ctx *ctx, const uint8_t *p, const uint8_t *end, int kind, Buf *out, int depth) {
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if (field == 1 && kind == KIND_INT64 && (wire == 0 || wire == 2)) {
+            const uint8_t *stop = end;
+            int single = wire == 0;
+            if (!single && !read_len(&p, end, &stop)) return ERR_PARSE;
+            while (single || p < stop) {
+                uint64_t v;
+                if (!read_varint(&p, stop, &v)) return ERR_PARSE;
+                if (out) {
+                    if (!buf_reserve(out, 8)) return ERR_MEMORY;
+                    memcpy(out->data + out->len, &v, 8);
+                    out->len += 8;
+                }
+                if (single) break;
+            }
+        } else if (field == 1 && kind == KIND_FLOAT && wire == 5) {
+            if (end - p < 4) return ERR_PARSE;
+            if (out) {
+                if (!buf_reserve(out, 4)) return ERR_MEMORY;
+                memcpy(out->data + out->len, p, 4);
+                out->len += 4;
+            }
+            p += 4;
+        } else if (field == 1 && kind == KIND_FLOAT && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            size_t n = (size_t)(stop - p);
+            if (n % 4) return ERR_PARSE;
+            if (out && n) {
+                if (!buf_reserve(out, n)) return ERR_MEMORY;
+                memcpy(out->data + out->len, p, n);
+                out->len += n;
+            }
+            p = stop;
+        } else if (field == 1 && kind == KIND_BYTES && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            if (out) {
+                int64_t span[2] = {(int64_t)(p - ctx->base), (int64_t)(stop - p)};
+                if (!buf_reserve(out, 16)) return ERR_MEMORY;
+                memcpy(out->data + out->len, span, 16);
+                out->len += 16;
+            }
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* The content of a Feature. `*which` is the oneof member set so far (merging continues it);
+ * values of `col->kind` go to `col->values`, which is cut back to `reset` (bytes) whenever
+ * the oneof switches member. */
+static int parse_feature(Ctx *ctx, const uint8_t *p, const uint8_t *end, int *which, Column *col, size_t reset,
+                         int depth) {
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if (field >= 1 && field <= 3 && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            if ((int)field != *which) {
+                *which = (int)field;
+                if (col) col->values.len = reset;
+            }
+            int err = parse_list(ctx, p, stop, (int)field, col && col->kind == (int)field ? &col->values : NULL,
+                                 depth + 1);
+            if (err) return err;
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+static Column *find_column(Ctx *ctx, const uint8_t *key, size_t len, int sequence) {
+    for (int i = 0; i < ctx->ncols; i++) {
+        Column *c = &ctx->cols[i];
+        if (c->sequence == sequence && (size_t)c->key_len == len && memcmp(c->key, key, len) == 0) return c;
+    }
+    return NULL;
+}
+
+static int start_steps(Column *col) {
+    if (!buf_reserve(&col->steps, 8)) return 0;
+    return 1;
+}
+
+/* The content of a FeatureList: each Feature is one step. */
+static int parse_feature_list(Ctx *ctx, const uint8_t *p, const uint8_t *end, Column *col, int depth) {
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if (field == 1 && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            int which = KIND_NONE;
+            size_t step_start = col ? col->values.len : 0;
+            int err = parse_feature(ctx, p, stop, &which, col, step_start, depth + 1);
+            if (err) return err;
+            if (col) {
+                if (which == KIND_NONE) {
+                    col->values.len = step_start;
+                } else if (which != col->kind) {
+                    col->values.len = step_start;
+                    col->bad_step = 1;
+                }
+                if (!start_steps(col)) return ERR_MEMORY;
+                int64_t value_end = (int64_t)(col->values.len / elem_size(col->kind));
+                memcpy(col->steps.data + col->steps.len, &value_end, 8);
+                col->steps.len += 8;
+            }
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* One map entry of Features (`sequence` 0: string -> Feature) or FeatureLists (1: string ->
+ * FeatureList). A key seen again in the same record replaces the earlier entry. */
+static int parse_entry(Ctx *ctx, const uint8_t *p, const uint8_t *end, int sequence, int depth) {
+    const uint8_t *key = (const uint8_t *)"", *key_end = key;
+    const uint8_t *q = p;
+    while (q < end) { /* first the key: the last key field wins */
+        uint32_t field;
+        int wire;
+        if (!read_tag(&q, end, &field, &wire)) return ERR_PARSE;
+        if (field == 1 && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&q, end, &stop)) return ERR_PARSE;
+            key = q;
+            key_end = stop;
+            q = stop;
+        } else if (!skip_field(&q, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    if (!valid_utf8(key, key_end)) return ERR_PARSE;
+    Column *col = find_column(ctx, key, (size_t)(key_end - key), sequence);
+    if (col) {
+        col->values.len = col->rec_values;
+        col->steps.len = col->rec_steps;
+        col->seen = 1;
+        col->which = KIND_NONE;
+        col->bad_step = 0;
+    }
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if (field == 2 && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            int err = sequence ? parse_feature_list(ctx, p, stop, col, depth + 1)
+                               : parse_feature(ctx, p, stop, col ? &col->which : &(int){0}, col,
+                                               col ? col->rec_values : 0, depth + 1);
+            if (err) return err;
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* The content of Features (sequence 0) or FeatureLists (1). */
+static int parse_map(Ctx *ctx, const uint8_t *p, const uint8_t *end, int sequence, int depth) {
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if (field == 1 && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            int err = parse_entry(ctx, p, stop, sequence, depth + 1);
+            if (err) return err;
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, depth)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* An Example (sequence_example 0) or SequenceExample (1). */
+static int parse_message(Ctx *ctx, const uint8_t *p, const uint8_t *end, int sequence_example) {
+    while (p < end) {
+        uint32_t field;
+        int wire;
+        if (!read_tag(&p, end, &field, &wire)) return ERR_PARSE;
+        if ((field == 1 || (field == 2 && sequence_example)) && wire == 2) {
+            const uint8_t *stop;
+            if (!read_len(&p, end, &stop)) return ERR_PARSE;
+            int err = parse_map(ctx, p, stop, field == 2, 2);
+            if (err) return err;
+            p = stop;
+        } else if (!skip_field(&p, end, field, wire, 1)) {
+            return ERR_PARSE;
+        }
+    }
+    return ERR_NONE;
+}
+
+/* After a record: checks each column against its mode, fills defaults, closes the row. */
+static int finish_record(Ctx *ctx, int64_t record) {
+    for (int i = 0; i < ctx->ncols; i++) {
+        Column *c = &ctx->cols[i];
+        size_t es = elem_size(c->kind);
+        int err = ERR_NONE;
+        c->status[record] = (uint8_t)c->seen;
+        if (c->sequence) {
+            if (!c->seen && c->required) err = ERR_MISSING;
+            else if (c->bad_step) err = ERR_TYPE;
+            else if (c->mode == MODE_FIXED) {
+                const int64_t *ends = (const int64_t *)(c->steps.data);
+                int64_t previous = (int64_t)(c->rec_values / es);
+                for (size_t s = c->rec_steps / 8; s < c->steps.len / 8; s++) {
+                    if (ends[s] - previous != c->numel) {
+                        err = ERR_COUNT;
+                        break;
+                    }
+                    previous = ends[s];
+                }
+            }
+            c->rows[record + 1] = (int64_t)(c->steps.len / 8);
+        } else {
+            if (c->seen && c->which != KIND_NONE && c->which != c->kind) err = ERR_TYPE;
+            int64_t count = (int64_t)((c->values.len - c->rec_values) / es);
+            if (!err) {
+                if (!c->seen) {
+                    if (c->mode == MODE_FIXED && c->def) {
+                        size_t n = (size_t)c->def_count * es;
+                        if (!buf_reserve(&c->values, n)) return ERR_MEMORY;
+                        memcpy(c->values.data + c->values.len, c->def, n);
+                        c->values.len += n;
+                    } else if (c->mode == MODE_FIXED || c->mode == MODE_ONE || c->required) {
+                        err = ERR_MISSING;
+                    }
+                } else if (c->mode == MODE_FIXED || c->mode == MODE_ONE) {
+                    if (count != (c->mode == MODE_ONE ? 1 : c->numel)) err = ERR_COUNT;
+                } else if (c->mode == MODE_MULT) {
+                    if (c->numel ? count % c->numel : count) err = ERR_COUNT;
+                }
+            }
+            c->rows[record + 1] = (int64_t)(c->values.len / es);
+        }
+        if (err) {
+            ctx->err_col = i;
+            return err;
+        }
+        c->rec_values = c->values.len;
+        c->rec_steps = c->steps.len;
+        c->seen = 0;
+        c->which = KIND_NONE;
+        c->bad_step = 0;
+    }
+    return ERR_NONE;
+}
+
+/* Frames (when `framed`) and parses every record; returns the index of the failing one in
+ * *failed, with ctx->err set. */
+static void parse_all(Ctx *ctx, const uint8_t *buffer, size_t size, const int64_t *starts, const int64_t *lengths,
+                      int64_t n, int framed, int verify_crc, int sequence_example, int64_t *failed) {
+    for (int64_t r = 0; r < n; r++) {
+        int64_t start = starts[r], length = lengths[r];
+        int err = ERR_NONE;
+        if (start < 0 || length < 0 || (uint64_t)start > size || (uint64_t)length > size - (uint64_t)start) {
+            err = ERR_FRAME;
+        } else {
+            const uint8_t *p = buffer + start, *end = p + length;
+            if (framed) {
+                if (length < 16 || load_u64(p) != (uint64_t)(length - 16)) {
+                    err = ERR_FRAME;
+                } else if (verify_crc &&
+                           (masked_crc(p, 8) != load_u32(p + 8) || masked_crc(p + 12, (size_t)length - 16) != load_u32(end - 4))) {
+                    err = ERR_CRC;
+                }
+                p += 12;
+                end -= 4;
+            }
+            if (!err) err = parse_message(ctx, p, end, sequence_example);
+            if (!err) err = finish_record(ctx, r);
+            else ctx->err_col = -1;
+        }
+        if (err) {
+            ctx->err = err;
+            *failed = r;
+            return;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Python entry points */
+
+static int get_int64_array(PyObject *obj, Py_buffer *view, const char *what) {
+    if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+    if (view->itemsize != 8 || !view->format || (strcmp(view->format, "q") && strcmp(view->format, "l") &&
+                                                  strcmp(view->format, "<q") && strcmp(view->format, "=q") &&
+                                                  strcmp(view->format, "<l") && strcmp(view->format, "=l"))) {
+        PyErr_Format(PyExc_TypeError, "%s must be a contiguous int64 array", what);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    return 1;
+}
+
+static void free_columns(Column *cols, int n) {
+    if (!cols) return;
+    for (int i = 0; i < n; i++) {
+        free(cols[i].values.data);
+        free(cols[i].steps.data);
+        free(cols[i].rows);
+        free(cols[i].status);
+    }
+    free(cols);
+}
+
+/* columns: sequence of (key: bytes, kind, mode, numel, required, sequence, default: bytes|None);
+ * the tuple and its bytes objects outlive the parse (the caller holds them). */
+static Column *make_columns(PyObject *spec, int64_t n, int *ncols) {
+    PyObject *seq = PySequence_Fast(spec, "columns must be a sequence");
+    if (!seq) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    Column *cols = calloc(count ? (size_t)count : 1, sizeof(Column));
+    if (!cols) {
+        Py_DECREF(seq);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Column *c = &cols[i];
+        PyObject *key, *def;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "SiiLiiO", &key, &c->kind, &c->mode, &c->numel,
+                              &c->required, &c->sequence, &def))
+            goto fail;
+        c->key = PyBytes_AS_STRING(key);
+        c->key_len = PyBytes_GET_SIZE(key);
+        if (c->kind < KIND_BYTES || c->kind > KIND_INT64 || c->mode < MODE_VAR || c->mode > MODE_ONE || c->numel < 0) {
+            PyErr_Format(PyExc_ValueError, "column %zd: bad kind / mode / numel", i);
+            goto fail;
+        }
+        if (def != Py_None) {
+            if (!PyBytes_Check(def) || (size_t)PyBytes_GET_SIZE(def) != (size_t)c->numel * elem_size(c->kind)) {
+                PyErr_Format(PyExc_ValueError, "column %zd: default must be numel values of the column's kind", i);
+                goto fail;
+            }
+            c->def = PyBytes_AS_STRING(def);
+            c->def_count = c->numel;
+        }
+        c->rows = calloc((size_t)n + 1, sizeof(int64_t));
+        c->status = calloc((size_t)n + 1, 1);
+        if (!c->rows || !c->status) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    *ncols = (int)count;
+    return cols;
+fail:
+    Py_DECREF(seq);
+    free_columns(cols, (int)count);
+    return NULL;
+}
+
+static PyObject *column_result(Column *c, int64_t n) {
+    Buf rows = {(char *)c->rows, (size_t)(n + 1) * 8, (size_t)(n + 1) * 8};
+    c->rows = NULL;
+    PyObject *status = PyBytes_FromStringAndSize((const char *)c->status, (Py_ssize_t)n);
+    PyObject *rows_obj = nb_from_buf(&rows);
+    PyObject *values = nb_from_buf(&c->values);
+    PyObject *steps = c->sequence ? nb_from_buf(&c->steps) : (Py_INCREF(Py_None), Py_None);
+    if (!status || !rows_obj || !values || !steps) {
+        Py_XDECREF(status);
+        Py_XDECREF(rows_obj);
+        Py_XDECREF(values);
+        Py_XDECREF(steps);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNN)", status, rows_obj, values, steps);
+}
+
+static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *keywords[] = {"buffer", "starts", "lengths", "columns", "framed", "verify_crc", "sequence", NULL};
+    PyObject *buffer_obj, *starts_obj, *lengths_obj, *columns;
+    int framed = 0, verify_crc = 1, sequence = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOO|ppp:decode", keywords, &buffer_obj, &starts_obj,
+                                     &lengths_obj, &columns, &framed, &verify_crc, &sequence))
+        return NULL;
+    Py_buffer buffer, starts, lengths;
+    if (PyObject_GetBuffer(buffer_obj, &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    if (!get_int64_array(starts_obj, &starts, "starts")) {
+        PyBuffer_Release(&buffer);
+        return NULL;
+    }
+    if (!get_int64_array(lengths_obj, &lengths, "lengths")) {
+        PyBuffer_Release(&buffer);
+        PyBuffer_Release(&starts);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    int64_t n = (int64_t)(starts.len / 8);
+    int ncols = 0;
+    Column *cols = NULL;
+    if (lengths.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths differ in length");
+        goto done;
+    }
+    cols = make_columns(columns, n, &ncols);
+    if (!cols) goto done;
+    Ctx ctx = {(const uint8_t *)buffer.buf, cols, ncols, ERR_NONE, -1};
+    int64_t failed = -1;
+    Py_BEGIN_ALLOW_THREADS
+    parse_all(&ctx, (const uint8_t *)buffer.buf, (size_t)buffer.len, (const int64_t *)starts.buf,
+              (const int64_t *)lengths.buf, n, framed, verify_crc, sequence, &failed);
+    Py_END_ALLOW_THREADS
+    if (ctx.err == ERR_MEMORY) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (ctx.err) {
+        result = Py_BuildValue("(iLi)", ctx.err, (long long)failed, ctx.err_col);
+        goto done;
+    }
+    result = PyList_New(ncols);
+    if (!result) goto done;
+    for (int i = 0; i < ncols; i++) {
+        PyObject *column = column_result(&cols[i], n);
+        if (!column) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SET_ITEM(result, i, column);
+    }
+done:
+    free_columns(cols, ncols);
+    PyBuffer_Release(&buffer);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&lengths);
+    return result;
+}
+
+/* bytes_rows(buffer, spans, rows, scalar): per row a list of bytes (or, with scalar, the row's
+ * only value), cut from buffer at the (start, length) spans. */
+static PyObject *py_bytes_rows(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *buffer_obj, *spans_obj, *rows_obj;
+    int scalar;
+    if (!PyArg_ParseTuple(args, "OOOp:bytes_rows", &buffer_obj, &spans_obj, &rows_obj, &scalar)) return NULL;
+    Py_buffer buffer, spans, rows;
+    if (PyObject_GetBuffer(buffer_obj, &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans_obj, &spans, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buffer);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(rows_obj, &rows, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buffer);
+        PyBuffer_Release(&spans);
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const int64_t *span = (const int64_t *)spans.buf, *row = (const int64_t *)rows.buf;
+    Py_ssize_t nrows = rows.len / 8 - 1, nspans = spans.len / 16;
+    if (nrows < 0) {
+        PyErr_SetString(PyExc_ValueError, "rows must hold at least one offset");
+        goto done;
+    }
+    out = PyList_New(nrows);
+    if (!out) goto done;
+    for (Py_ssize_t r = 0; r < nrows; r++) {
+        int64_t a = row[r], b = row[r + 1];
+        if (a < 0 || b < a || b > nspans || (scalar && b - a != 1)) {
+            PyErr_SetString(PyExc_ValueError, "rows do not fit the spans");
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyObject *item;
+        if (scalar) {
+            item = NULL;
+        } else {
+            item = PyList_New((Py_ssize_t)(b - a));
+            if (!item) {
+                Py_CLEAR(out);
+                goto done;
+            }
+        }
+        for (int64_t k = a; k < b; k++) {
+            int64_t start = span[2 * k], len = span[2 * k + 1];
+            if (start < 0 || len < 0 || start > buffer.len || len > buffer.len - start) {
+                PyErr_SetString(PyExc_ValueError, "a span lies outside the buffer");
+                Py_XDECREF(item);
+                Py_CLEAR(out);
+                goto done;
+            }
+            PyObject *value = PyBytes_FromStringAndSize((const char *)buffer.buf + start, (Py_ssize_t)len);
+            if (!value) {
+                Py_XDECREF(item);
+                Py_CLEAR(out);
+                goto done;
+            }
+            if (scalar)
+                item = value;
+            else
+                PyList_SET_ITEM(item, (Py_ssize_t)(k - a), value);
+        }
+        PyList_SET_ITEM(out, r, item);
+    }
+done:
+    PyBuffer_Release(&buffer);
+    PyBuffer_Release(&spans);
+    PyBuffer_Release(&rows);
+    return out;
+}
+
+/* read_into(fd, offsets, sizes, out, out_start): reads each (offset, size) region of the file
+ * into `out` back to back from out_start, with one pread per run of regions that follow each
+ * other in the file, without the GIL. Returns the number of regions read in full. */
+static PyObject *py_read_into(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    PyObject *offsets_obj, *sizes_obj, *out_obj;
+    Py_ssize_t out_start;
+    if (!PyArg_ParseTuple(args, "iOOOn:read_into", &fd, &offsets_obj, &sizes_obj, &out_obj, &out_start)) return NULL;
+    Py_buffer offsets, sizes, out;
+    if (!get_int64_array(offsets_obj, &offsets, "offsets")) return NULL;
+    if (!get_int64_array(sizes_obj, &sizes, "sizes")) {
+        PyBuffer_Release(&offsets);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&offsets);
+        PyBuffer_Release(&sizes);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const int64_t *off = (const int64_t *)offsets.buf, *sz = (const int64_t *)sizes.buf;
+    Py_ssize_t n = offsets.len / 8;
+    if (sizes.len != offsets.len || out_start < 0) {
+        PyErr_SetString(PyExc_ValueError, "offsets and sizes differ in length, or out_start < 0");
+        goto done;
+    }
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (off[i] < 0 || sz[i] < 0 || sz[i] > INT64_MAX - total) {
+            PyErr_SetString(PyExc_ValueError, "negative offset or size");
+            goto done;
+        }
+        total += sz[i];
+    }
+    if (total > out.len - out_start) {
+        PyErr_SetString(PyExc_ValueError, "out is too small for the regions");
+        goto done;
+    }
+    Py_ssize_t complete = 0;
+    int saved_errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    char *dst = (char *)out.buf + out_start;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i + 1;
+        int64_t run = sz[i];
+        while (j < n && off[j] == off[j - 1] + sz[j - 1]) run += sz[j++];
+        int64_t got = 0;
+        while (got < run) {
+            ssize_t r = pread(fd, dst + got, (size_t)(run - got), (off_t)(off[i] + got));
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                saved_errno = errno;
+                break;
+            }
+            if (r == 0) break;
+            got += r;
+        }
+        if (got < run) { /* count the regions that did arrive whole */
+            for (int64_t have = 0; i < j && have + sz[i] <= got; i++) have += sz[i];
+            break;
+        }
+        dst += run;
+        i = j;
+    }
+    complete = i;
+    Py_END_ALLOW_THREADS
+    if (saved_errno) {
+        errno = saved_errno;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    result = PyLong_FromSsize_t(complete);
+done:
+    PyBuffer_Release(&offsets);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) return NULL;
+    uint32_t crc;
+    Py_BEGIN_ALLOW_THREADS
+    crc = masked_crc((const uint8_t *)data.buf, (size_t)data.len);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    return PyLong_FromUnsignedLong(crc);
+}
+
+static PyMethodDef methods[] = {
+    {"decode", (PyCFunction)(void (*)(void))py_decode, METH_VARARGS | METH_KEYWORDS,
+     "decode(buffer, starts, lengths, columns, framed=False, verify_crc=True, sequence=False)\n"
+     "-> list of (status, rows, values, steps) per column, or (error, record, column)."},
+    {"bytes_rows", py_bytes_rows, METH_VARARGS, "bytes_rows(buffer, spans, rows, scalar) -> list"},
+    {"read_into", py_read_into, METH_VARARGS, "read_into(fd, offsets, sizes, out, out_start) -> regions read"},
+    {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int (the TFRecord CRC)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tfrecord._native",
+                                    "The compiled TFRecord / Example decoder.", -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    const uint16_t probe = 1;
+    if (*(const uint8_t *)&probe != 1) {
+        PyErr_SetString(PyExc_ImportError, "torch_tfrecord._native supports little-endian hosts only");
+        return NULL;
+    }
+    crc_init_tables();
+#ifdef HAVE_HW_CRC
+    __builtin_cpu_init();
+    use_hw_crc = __builtin_cpu_supports("sse4.2") && getenv("TORCH_TFRECORD_NO_HW_CRC") == NULL;
+#endif
+    if (PyType_Ready(&NativeBufferType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    Py_INCREF(&NativeBufferType);
+    if (PyModule_AddObject(m, "NativeBuffer", (PyObject *)&NativeBufferType) < 0) {
+        Py_DECREF(&NativeBufferType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    PyModule_AddIntConstant(m, "HW_CRC", use_hw_crc);
+    return m;
+}
