@@ -47,6 +47,15 @@ SEQUENCE_SPEC = {
 }
 
 
+@pytest.fixture(autouse=True, params=["native", "python"])
+def decoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs with both decoders (native skipped where it is not built)."""
+    if request.param == "native" and tt.native._native is None:
+        pytest.skip("the native extension is not built")
+    monkeypatch.setenv(tt.native.ENV_VAR, request.param)
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
 def examples_dir() -> Path:
     return Path(__file__).parent / "data" / "examples"

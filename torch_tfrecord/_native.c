@@ -295,7 +295,7 @@ static int skip_field(const uint8_t **pp, const uint8_t *end, uint32_t field, in
 
 /* Skips to the END_GROUP of `field`. */
 static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t field, int depth) {
-    if (depth >= DEPTH_LIMIT) return 0;
+    if (depth > DEPTH_LIMIT) return 0; /* upb: message depth + group nesting <= 101 */
     while (*pp < end) {
         uint32_t f;
         int w;
@@ -499,26 +499,29 @@ static int parse_feature_list(Ctx *ctx, const uint8_t *p, const uint8_t *end, Co
 }
 
 /* One map entry of Features (`sequence` 0: string -> Feature) or FeatureLists (1: string ->
- * FeatureList). A key seen again in the same record replaces the earlier entry. */
+ * FeatureList). A key seen again in the same record replaces the earlier entry. Like upb, an
+ * entry with any field besides key and value (or one of those with another wire type) is kept
+ * as an unknown field of the map's message: checked, but not in the map. */
 static int parse_entry(Ctx *ctx, const uint8_t *p, const uint8_t *end, int sequence, int depth) {
     const uint8_t *key = (const uint8_t *)"", *key_end = key;
     const uint8_t *q = p;
+    int unknown = 0;
     while (q < end) { /* first the key: the last key field wins */
         uint32_t field;
         int wire;
         if (!read_tag(&q, end, &field, &wire)) return ERR_PARSE;
         if (field == 1 && wire == 2) {
             const uint8_t *stop;
-            if (!read_len(&q, end, &stop)) return ERR_PARSE;
+            if (!read_len(&q, end, &stop) || !valid_utf8(q, stop)) return ERR_PARSE;
             key = q;
             key_end = stop;
             q = stop;
-        } else if (!skip_field(&q, end, field, wire, depth)) {
-            return ERR_PARSE;
+        } else {
+            unknown |= !(field == 2 && wire == 2);
+            if (!skip_field(&q, end, field, wire, depth)) return ERR_PARSE;
         }
     }
-    if (!valid_utf8(key, key_end)) return ERR_PARSE;
-    Column *col = find_column(ctx, key, (size_t)(key_end - key), sequence);
+    Column *col = unknown ? NULL : find_column(ctx, key, (size_t)(key_end - key), sequence);
     if (col) {
         col->values.len = col->rec_values;
         col->steps.len = col->rec_steps;

@@ -61,7 +61,10 @@ def _count(values: Any, messages: bool) -> int:
 def _default_entry(kind: str, default: tuple[Any, ...], messages: bool) -> Any:
     """A stand-in for a missing feature holding a spec's default: a list message or its values."""
     message = {"int64_list": Int64List, "float_list": FloatList, "bytes_list": BytesList}[kind]()
-    message.value.extend([int(v) for v in default] if kind == "int64_list" else default)
+    if kind == "int64_list":
+        message.value.extend([int(v) for v in default])
+    else:  # a str spec's default is text: store it as the bytes it decodes from
+        message.value.extend([v.encode() if isinstance(v, str) else v for v in default])
     return message if messages else message.value
 
 
@@ -365,7 +368,9 @@ def _raw_tensor(column: _Column, spec: RawTensor, i: int, data: Any, dims: list[
     if any(d < -1 for d in dims):
         raise column.wrong_count(i, f"non-negative dimensions, got shape {dims}", len(data))
     if len(data) % itemsize:
-        raise column.wrong_count(i, f"a whole number of {spec.dtype} items ({itemsize} bytes each)", len(data))
+        raise column.wrong_count(
+            i, f"a whole number of {spec.dtype} items ({itemsize} bytes each)", len(data)
+        )
     count = len(data) // itemsize
     known = math.prod(d for d in dims if d != -1)
     if -1 in dims:

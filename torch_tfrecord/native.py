@@ -30,7 +30,7 @@ import torch
 from .ragged import Ragged
 from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind
 
-__all__ = ["ENV_VAR", "Rejected", "decoder", "decode_examples", "decode_framed", "decode_sequences"]
+__all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_sequences", "decoder"]
 
 ENV_VAR = "TORCH_TFRECORD_DECODER"
 
@@ -156,7 +156,9 @@ def _run(
     sequence: bool = False,
 ) -> list[tuple[bytes, Any, Any, Any]]:
     assert _native is not None
-    result = _native.decode(buffer, starts, lengths, table, framed=framed, verify_crc=verify_crc, sequence=sequence)
+    result = _native.decode(
+        buffer, starts, lengths, table, framed=framed, verify_crc=verify_crc, sequence=sequence
+    )
     if isinstance(result, tuple):
         raise Rejected(result[0], result[1])
     return result  # type: ignore[no-any-return]
@@ -213,7 +215,10 @@ class _Assembler:
 
                 image_backend()
                 return [_image(where, spec, i, bytes(self.one_value(spans, i))) for i in range(self.n)]
-            tensors = [_raw_tensor(where, spec, i, self.one_value(spans, i), list(spec.shape)) for i in range(self.n)]  # type: ignore[arg-type]
+            dims = [int(d) for d in spec.shape]  # static or -1: named dimensions never come here
+            tensors = [
+                _raw_tensor(where, spec, i, self.one_value(spans, i), list(dims)) for i in range(self.n)
+            ]
             return _stack_raw(spec, tensors)
         kind = list_kind(spec.dtype)
         if isinstance(spec, FixedLen):
@@ -231,7 +236,13 @@ class _Assembler:
         return Ragged(tensor.reshape(-1, *inner), torch.from_numpy(offsets))
 
     def fixed_bytes(
-        self, key: str, spec: FixedLen, status: bytes, rows: npt.NDArray[np.int64], values: Any, rows_buffer: Any
+        self,
+        key: str,
+        spec: FixedLen,
+        status: bytes,
+        rows: npt.NDArray[np.int64],
+        values: Any,
+        rows_buffer: Any,
     ) -> list[Any]:
         scalar = spec.shape == ()
         if spec.default is None:  # the extension checked every count
@@ -249,7 +260,7 @@ class _Assembler:
     def where(self, i: int) -> str:
         return self.locations[int(i)] if self.locations is not None else f"record {int(i)} of the batch"
 
-    def sequence(self, key: str, spec: FeatureSpec, column: tuple[bytes, Any, Any, Any]) -> Any:
+    def sequence(self, key: str, spec: FixedLenSequence | VarLen, column: tuple[bytes, Any, Any, Any]) -> Any:
         """A feature list: per record its steps (rows count steps; steps end at value offsets)."""
         _, rows_buffer, values, steps_buffer = column
         rows = np.frombuffer(rows_buffer, dtype=np.int64)
@@ -271,8 +282,7 @@ class _Assembler:
         for i in range(self.n):
             a, b = int(rows[i]), int(rows[i + 1])
             base = int(ends[a])
-            offsets = torch.from_numpy(ends[a : b + 1] - base)
-            out.append(Ragged(tensor[base : int(ends[b])], offsets))
+            out.append(Ragged(tensor[base : int(ends[b])], torch.from_numpy(ends[a : b + 1] - base)))
         return out
 
 
@@ -355,7 +365,9 @@ def decode_sequences(
     return context, sequences, step_counts
 
 
-def read_into(fd: int, offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], out: Any, start: int) -> int:
+def read_into(
+    fd: int, offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], out: Any, start: int
+) -> int:
     """Reads the file regions into ``out`` back to back from ``start`` (one pread per run of
     neighbouring regions, without the GIL); returns how many regions arrived whole."""
     assert _native is not None
