@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from . import native
 from .codec import decode_batch
 from .errors import ExampleDecodeError, FeatureError, TFRecordError
 from .reader import OnError
@@ -60,6 +61,10 @@ class BatchDecoder:
         With ``on_error="skip"`` the returned ids and flags say which records stand in for
         damaged ones.
         """
+        if self.spec is not None and native.decoder() == "native":
+            decoded = self._decode_natively(ids)
+            if decoded is not None:
+                return decoded, ids, padding
         records = self.files.read(ids, verify_crc=self.verify_crc, on_error=self.on_error)
         bad = [i for i, record in enumerate(records) if record is None]
         try:
@@ -69,6 +74,19 @@ class BatchDecoder:
             # Decode again naming each record, to raise (or skip) with a precise message.
             pass
         return self._decode_carefully(ids, padding, records, set(bad))
+
+    def _decode_natively(self, ids: npt.NDArray[np.int64]) -> dict[str, Any] | None:
+        """Reads and decodes in compiled code; None for anything amiss (the careful path below
+        then raises or skips with the exact error)."""
+        assert self.spec is not None
+        framed = self.files.read_framed(ids)
+        if framed is None:
+            return None
+        buffer, starts, sizes = framed
+        try:
+            return native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+        except (native.Rejected, FeatureError):
+            return None
 
     def _decode_carefully(
         self,
