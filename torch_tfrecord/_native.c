@@ -263,8 +263,9 @@ static inline int read_varint(const uint8_t **pp, const uint8_t *end, uint64_t *
     return 0;
 }
 
-/* A tag: at most 5 bytes, fits 32 bits, field number > 0, wire type 0..5. */
-static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wire) {
+/* A tag: at most 5 bytes, fits 32 bits, wire type 0..5, field number > 0 (upb lets 0 pass
+ * inside an unknown group only: read_group_tag). */
+static inline int read_any_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wire, int zero_ok) {
     const uint8_t *p = *pp;
     uint64_t v = 0;
     int i;
@@ -277,9 +278,13 @@ static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *fie
     if (i == 5 || v > 0xFFFFFFFFu) return 0;
     *field = (uint32_t)(v >> 3);
     *wire = (int)(v & 7);
-    if (*field == 0 || *wire > 5) return 0;
+    if ((*field == 0 && !zero_ok) || *wire > 5) return 0;
     *pp = p;
     return 1;
+}
+
+static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *field, int *wire) {
+    return read_any_tag(pp, end, field, wire, 0);
 }
 
 /* A length-delimited payload: [*pp, *pp + len) inside end. */
@@ -299,7 +304,7 @@ static int skip_group(const uint8_t **pp, const uint8_t *end, uint32_t field, in
     while (*pp < end) {
         uint32_t f;
         int w;
-        if (!read_tag(pp, end, &f, &w)) return 0;
+        if (!read_any_tag(pp, end, &f, &w, 1)) return 0;
         if (w == 4) return f == field;
         if (!skip_field(pp, end, f, w, depth + 1)) return 0;
     }
