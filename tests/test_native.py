@@ -659,3 +659,65 @@ def test_named_dimensions_go_to_the_protobuf_decoder() -> None:
     assert native_examples([b""], tt.spec.normalize_spec(spec)) is None  # type: ignore[arg-type]
     record = tt.encode_example({"raw": tt.BytesList([bytes(6)]), "h": 3})
     assert [t.shape for t in tt.decode_batch([record], spec)["raw"]] == [(3, 2)]
+
+
+# -------------------------------------------------------------------------------------- datasets
+
+
+def test_dataset_batches_are_read_and_decoded_natively(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = id_shards([7, 0, 12, 5])
+    spec = {"id": FixedLen((), torch.int64), "x": VarLen(torch.float32)}
+    calls = []
+    decode_framed = native.decode_framed
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        calls.append(len(args[1]))
+        return decode_framed(*args, **kwargs)
+
+    monkeypatch.setattr(native, "decode_framed", spy)
+    batches = {}
+    for decoder in ("native", "python"):
+        monkeypatch.setenv(native.ENV_VAR, decoder)
+        dataset = tt.TFRecordDataset(paths, spec=spec, batch_size=5, shuffle="global", seed=3)
+        batches[decoder] = list(dataset)
+    assert calls == [5] * 4  # 24 records, drop_last: every batch went through the extension
+    assert same(batches["native"], batches["python"])
+    ids = torch.cat([b["id"] for b in batches["native"]]).tolist()
+    assert len(set(ids)) == 20 and all(
+        b["x"].lengths.tolist() == (b["id"] % 3).tolist() for b in batches["native"]
+    )
+
+
+def test_damaged_record_in_a_dataset_fails_alike(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (path,) = id_shards([6])
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0x01  # the last record's payload: its CRC no longer matches
+    path.write_bytes(bytes(data))
+    spec = {"id": FixedLen((), torch.int64)}
+    messages = []
+    for decoder in ("native", "python"):
+        monkeypatch.setenv(native.ENV_VAR, decoder)
+        with pytest.raises(tt.CorruptRecordError) as caught:
+            list(tt.TFRecordDataset([path], spec=spec, batch_size=3, shuffle=False))
+        messages.append(str(caught.value))
+        skipped = list(tt.TFRecordDataset([path], spec=spec, batch_size=3, shuffle=False, on_error="skip"))
+        assert [b[tt.PADDING_KEY].tolist() for b in skipped] == [[False] * 3, [False, False, True]]
+    assert messages[0] == messages[1] and "record 5" in messages[0]
+
+
+def test_fuzz_harness_passes_its_corpus() -> None:
+    """The atheris harness's check over the committed corpus (seeds and past findings)."""
+    fuzz = str(Path(__file__).resolve().parent.parent / "fuzz")
+    sys.path.insert(0, fuzz)
+    try:
+        from fuzz_native import check
+    finally:
+        sys.path.remove(fuzz)
+    corpus = sorted((Path(__file__).resolve().parent.parent / "fuzz" / "corpus" / "native").iterdir())
+    assert len(corpus) >= 6
+    for path in corpus:
+        check(path.read_bytes())
