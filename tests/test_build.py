@@ -26,9 +26,9 @@ print(tt.native.decoder())
 def test_installs_without_a_compiler_and_decodes_with_protobuf(tmp_path: Path) -> None:
     target = tmp_path / "site"
     env = {**os.environ, "CC": "/bin/false", "PIP_NO_INDEX": "1"}
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
-        + ["--target", str(target), str(ROOT)],
+        [*pip, "--target", str(target), str(ROOT)],
         check=True,
         env=env,
         capture_output=True,
