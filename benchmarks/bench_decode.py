@@ -4,11 +4,17 @@ Datasets (as the record benchmark: 8 shards x 20,000 records): ~50-byte Examples
 {label: int64, id: int64, score: 4 floats} and ~4 KB Examples {label: int64, embedding:
 1,000 floats}. Each is read and decoded in batches of 256 into tensors:
 
-- ours: read_records (CRC checked) + decode_batch(spec) per batch of 256;
+- ours, read+decode: TFRecordDataset(paths, spec, batch_size=256, shuffle=False) iterated in
+  this process (CRC checked), with the native decoder and with the protobuf one
+  (TORCH_TFRECORD_DECODER=python);
+- ours, decode_batch: records already in memory as bytes, one call per batch of 256;
 - the `tfrecord` package (pip install tfrecord): tfrecord_loader with a description, per record;
-- TensorFlow (--tf-python, separate process): TFRecordDataset(paths).batch(256).map(parse_example).
+- TensorFlow (--tf-python, separate process, pinned to one core):
+  TFRecordDataset(paths).batch(256).map(parse_example).
 
-Also prints where our time goes per record: reading, protobuf parsing, and the rest of decode_batch.
+Also prints where the native pipeline's time goes per record (reading into the batch buffer,
+framing + CRC, the wire-format walk, filling columns, making tensors, the dataset around it), the
+protobuf pipeline's split, and decode throughput with 1 and 2 threads (the GIL is released).
 
     python benchmarks/bench_decode.py [--dir DIR] [--repeats 5] [--tf-python /tmp/tfvenv/bin/python]
 """
@@ -16,6 +22,7 @@ Also prints where our time goes per record: reading, protobuf parsing, and the r
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import glob
 import os
 import statistics
@@ -23,12 +30,15 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
 
 import torch_tfrecord as tt
+from torch_tfrecord import native
 from torch_tfrecord.proto import Example
+from torch_tfrecord.shards import RecordFiles
 
 SHARDS = 8
 RECORDS_PER_SHARD = 20_000
@@ -83,14 +93,6 @@ def batches(paths: list[str]):  # type: ignore[no-untyped-def]
                 batch = []
     if batch:
         yield batch
-
-
-def ours(paths: list[str], spec: dict) -> int:  # type: ignore[type-arg]
-    n = 0
-    for batch in batches(paths):
-        columns = tt.decode_batch(batch, spec)
-        n += len(columns["label"])
-    return n
 
 
 def read_only(paths: list[str]) -> int:
@@ -161,6 +163,61 @@ def timed(function: Callable[[], int], repeats: int) -> tuple[float, int]:
     return statistics.median(seconds), n
 
 
+def dataset_pass(paths: list[str], spec: dict, decoder: str) -> int:  # type: ignore[type-arg]
+    os.environ[native.ENV_VAR] = decoder
+    try:
+        dataset = tt.TFRecordDataset(paths, spec=spec, batch_size=BATCH, shuffle=False, drop_last=False)
+        return sum(len(batch["label"]) for batch in dataset)
+    finally:
+        del os.environ[native.ENV_VAR]
+
+
+def native_profile(paths: list[str], spec: dict, repeats: int, total_s: float) -> dict[str, float]:  # type: ignore[type-arg]
+    """Seconds per stage of the native read+decode pipeline over all records."""
+    files = RecordFiles.from_sources(paths)
+    n = files.num_records
+    id_batches = [np.arange(i, min(i + BATCH, n), dtype=np.int64) for i in range(0, n, BATCH)]
+    normalized = tt.spec.normalize_spec(spec)
+    assert normalized is not None and native._native is not None
+    table = native._columns(tuple(normalized.items()), ())
+    read_s, _ = timed(lambda: sum(len(files.read_framed(ids)[1]) for ids in id_batches), repeats)  # type: ignore[index]
+    framed = [files.read_framed(ids) for ids in id_batches]
+
+    def raw(columns: Any, verify: bool) -> int:
+        for buffer, starts, sizes in framed:  # type: ignore[misc]
+            native._native.decode(buffer, starts, sizes, columns, framed=True, verify_crc=verify)
+        return n
+
+    walk_s, _ = timed(lambda: raw((), False), repeats)
+    crc_s, _ = timed(lambda: raw((), True), repeats)
+    fill_s, _ = timed(lambda: raw(table, True), repeats)
+    full_s, _ = timed(
+        lambda: sum(
+            len(native.decode_framed(b, st, sz, normalized, verify_crc=True)["label"])  # type: ignore[index]
+            for b, st, sz in framed  # type: ignore[misc]
+        ),
+        repeats,
+    )
+    return {
+        "read into buffer": read_s,
+        "framing + CRC": crc_s - walk_s,
+        "wire-format walk": walk_s,
+        "fill columns": fill_s - crc_s,
+        "tensors, Ragged": full_s - fill_s,
+        "dataset around it": total_s - read_s - full_s,
+    }
+
+
+def threaded_decode(framed: list[Any], spec: dict, threads: int) -> int:  # type: ignore[type-arg]
+    def work(chunk: list[Any]) -> int:
+        return sum(
+            len(native.decode_framed(b, st, sz, spec, verify_crc=True)["label"]) for b, st, sz in chunk
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+        return sum(pool.map(work, [framed[i::threads] for i in range(threads)]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir")
@@ -171,39 +228,64 @@ def main() -> None:
     os.makedirs(directory, exist_ok=True)
     torch.set_num_threads(1)
     rows = []
-    profile = []
+    profiles = []
+    python_split = []
+    scaling = []
     for name in ["small", "large"]:
         paths = make_dataset(directory, name)
         size = sum(os.path.getsize(p) for p in paths)
         mean = size / (SHARDS * RECORDS_PER_SHARD)
         label = f"{name} (~{mean:,.0f} B)"
-        seconds, n = timed(lambda: ours(paths, SPECS[name]), args.repeats)
-        ours_rate = n / seconds
-        rows.append((label, "torch-tfrecord decode_batch", n, seconds))
-        # Where the time goes: each stage timed on its own (decoding on records already in memory).
-        read_s, _ = timed(lambda: read_only(paths), args.repeats)
+        spec = SPECS[name]
+        dataset_pass(paths, spec, "native")  # warm the page cache
+        native_s, n = timed(lambda: dataset_pass(paths, spec, "native"), args.repeats)
+        data_rows = [(label, "ours read+decode, native", n, native_s)]
+        python_s, n = timed(lambda: dataset_pass(paths, spec, "python"), args.repeats)
+        data_rows.append((label, "ours read+decode, protobuf", n, python_s))
         in_memory = list(batches(paths))
-        parse_s, _ = timed(lambda: parse_only(in_memory), args.repeats)
-        decode_s, _ = timed(lambda: decode_only(in_memory, SPECS[name]), args.repeats)
-        profile.append((label, read_s / n * 1e6, parse_s / n * 1e6, (decode_s - parse_s) / n * 1e6))
+        seconds, n = timed(lambda: decode_only(in_memory, spec), args.repeats)
+        data_rows.append((label, "ours decode_batch, native (in mem)", n, seconds))
         try:
             seconds, n = timed(lambda: tfrecord_package(paths, TFRECORD_DESCRIPTIONS[name]), args.repeats)
-            rows.append((label, "tfrecord package loader", n, seconds))
+            data_rows.append((label, "tfrecord package loader", n, seconds))
         except ImportError:
             pass
+        tf_rate = None
         if args.tf_python:
             seconds, n = tensorflow(args.tf_python, name, paths, args.repeats)
-            rows.append((label, "TensorFlow batch(256).map(parse)", n, seconds))
-        for i, row in enumerate(rows):
-            if row[0] == label:
-                rows[i] = (*row, ours_rate / (row[2] / row[3]))
-    print(f"{'data':16} {'pipeline':34} {'records':>8} {'median s':>9} {'records/s':>11} {'ours/this':>9}")
-    for label, pipeline, n, seconds, ratio in rows:
-        print(f"{label:16} {pipeline:34} {n:>8} {seconds:>9.3f} {n / seconds:>11,.0f} {ratio:>9.2f}")
-    print()
-    print(f"{'data':16} {'read+CRC us/rec':>16} {'protobuf parse':>15} {'columns+tensors':>16}")
-    for label, read_us, parse_us, rest_us in profile:
-        print(f"{label:16} {read_us:>16.2f} {parse_us:>15.2f} {rest_us:>16.2f}")
+            data_rows.append((label, "TensorFlow batch(256).map(parse)", n, seconds))
+            tf_rate = n / seconds
+        rows += [(*row, size, tf_rate) for row in data_rows]
+        profiles.append((label, n, native_profile(paths, spec, args.repeats, native_s)))
+        read_s, _ = timed(lambda: read_only(paths), args.repeats)
+        parse_s, _ = timed(lambda: parse_only(in_memory), args.repeats)
+        python_split.append((label, n, read_s, parse_s, python_s - read_s - parse_s))
+        normalized = tt.spec.normalize_spec(spec)
+        files = RecordFiles.from_sources(paths)
+        framed = [
+            files.read_framed(np.arange(i, min(i + BATCH, n), dtype=np.int64)) for i in range(0, n, BATCH)
+        ]
+        for threads in (1, 2):
+            seconds, _ = timed(lambda: threaded_decode(framed, normalized, threads), args.repeats)  # type: ignore[arg-type]
+            scaling.append((label, threads, n / seconds))
+    header = f"{'data':16} {'pipeline':36} {'records':>8} {'median s':>9} {'records/s':>11}"
+    print(f"{header} {'MB/s':>7} {'x TF':>6}")
+    for label, pipeline, n, seconds, size, tf_rate in rows:
+        ratio = f"{n / seconds / tf_rate:>6.2f}" if tf_rate else f"{'-':>6}"
+        mb = size / seconds / 1e6 if "decode_batch" not in pipeline else float("nan")
+        print(f"{label:16} {pipeline:36} {n:>8} {seconds:>9.3f} {n / seconds:>11,.0f} {mb:>7,.0f} {ratio}")
+    print("\nnative read+decode, us per record:")
+    stages = list(profiles[0][2])
+    print(f"{'data':16} " + " ".join(f"{stage:>17}" for stage in stages))
+    for label, n, profile in profiles:
+        print(f"{label:16} " + " ".join(f"{profile[stage] / n * 1e6:>17.3f}" for stage in stages))
+    print("\nprotobuf read+decode, us per record:")
+    print(f"{'data':16} {'read + CRC':>11} {'protobuf parse':>15} {'columns, tensors':>17}")
+    for label, n, read_s, parse_s, rest_s in python_split:
+        print(f"{label:16} {read_s / n * 1e6:>11.2f} {parse_s / n * 1e6:>15.2f} {rest_s / n * 1e6:>17.2f}")
+    print("\nnative decode_framed (batches in memory, CRC checked) in threads:")
+    for label, threads, rate in scaling:
+        print(f"{label:16} {threads} thread(s) {rate:>12,.0f} records/s")
 
 
 if __name__ == "__main__":
