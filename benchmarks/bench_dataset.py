@@ -8,9 +8,10 @@ page cache (one warm-up pass first). Every pipeline yields batches of 256 decode
 - the `tfrecord` package: one tfrecord.torch.TFRecordDataset per shard (with its index, so
   workers split the records), chained, + DataLoader(batch_size=256) (its default collate).
 
-Each with num_workers 0 and 2; ours with shuffle="global" and shuffle=False, to price the
-global shuffle. Then peak RSS of one epoch (batch mode, 2 workers) over 160,000 and 1,600,000
-records (the small shards hard-linked 10 times), main process and workers.
+Each with num_workers 0, 1 and 2; ours with shuffle="global", "shards" and False (to price the
+global shuffle), with the native decoder, and once with the protobuf decoder for comparison.
+Then peak RSS of one epoch (batch mode, 2 workers) over 160,000 and 1,600,000 records (the small
+shards hard-linked 10 times), main process and workers.
 
     python benchmarks/bench_dataset.py [--dir DIR] [--repeats 3]
 """
@@ -37,6 +38,7 @@ from bench_decode import SPECS, TFRECORD_DESCRIPTIONS, make_dataset
 import torch_tfrecord as tt
 
 BATCH = 256
+WORKERS = (0, 1, 2)
 
 
 def count(loader: Iterable[dict[str, Any]]) -> int:
@@ -124,18 +126,22 @@ def main() -> None:
                 tt.save_index(tt.build_index(path), tt.default_index_path(path))
         timed(lambda: ours_batches(paths, name, 0, False), 1)  # warm the page cache
         peer: dict[int, float] = {}
-        for workers in (0, 2):
+        for workers in WORKERS:
             seconds, n = timed(lambda: tfrecord_package(paths, name, workers), args.repeats)
             peer[workers] = n / seconds
             rows.append((name, "tfrecord package DataLoader", workers, n, seconds, peer[workers]))
-        for label, function, shuffle in (
-            ("ours batch mode, global shuffle", ours_batches, "global"),
-            ("ours batch mode, no shuffle", ours_batches, False),
-            ("ours sample mode, global shuffle", ours_samples, "global"),
+        for label, function, shuffle, decoder in (
+            ("ours batch mode, global shuffle", ours_batches, "global", "native"),
+            ("ours batch mode, shards shuffle", ours_batches, "shards", "native"),
+            ("ours batch mode, no shuffle", ours_batches, False, "native"),
+            ("ours batch, global, protobuf decoder", ours_batches, "global", "python"),
+            ("ours sample mode, global shuffle", ours_samples, "global", "native"),
         ):
-            for workers in (0, 2):
+            os.environ[tt.native.ENV_VAR] = decoder  # workers inherit it
+            for workers in WORKERS:
                 seconds, n = timed(lambda: function(paths, name, workers, shuffle), args.repeats)
                 rows.append((name, label, workers, n, seconds, peer[workers]))
+            del os.environ[tt.native.ENV_VAR]
     header = f"{'data':6} {'pipeline':34} {'workers':>7} {'records':>8} {'median s':>9} {'records/s':>10}"
     print(f"{header} {'x peer':>7}")
     for name, label, workers, n, seconds, peer_rate in rows:
@@ -145,7 +151,7 @@ def main() -> None:
         )
     by_key = {(name, label, workers): n / s for name, label, workers, n, s, _ in rows}
     for name in datasets:
-        for workers in (0, 2):
+        for workers in WORKERS:
             cost = (
                 by_key[(name, "ours batch mode, no shuffle", workers)]
                 / by_key[(name, "ours batch mode, global shuffle", workers)]
