@@ -738,6 +738,18 @@ static Column *make_columns(PyObject *spec, int64_t n, int *ncols) {
             c->def = PyBytes_AS_STRING(def);
             c->def_count = c->numel;
         }
+        if (!c->sequence && (c->mode == MODE_FIXED || c->mode == MODE_ONE)) {
+            /* the exact size when every record is well formed: no growth on the hot path */
+            size_t per = (size_t)(c->mode == MODE_ONE ? 1 : c->numel) * elem_size(c->kind);
+            if (per && (size_t)n > SIZE_MAX / per) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            if (per && !buf_reserve(&c->values, per * (size_t)n)) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+        }
         c->rows = calloc((size_t)n + 1, sizeof(int64_t));
         c->status = calloc((size_t)n + 1, 1);
         if (!c->rows || !c->status) {

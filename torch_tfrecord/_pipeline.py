@@ -52,6 +52,12 @@ class BatchDecoder:
         self.verify_crc = verify_crc
         self.on_error = on_error
         self.skipped = 0
+        self._scratch: bytearray | None = None  # the read buffer of the last batch, reused
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_scratch"] = None
+        return state
 
     def decode(
         self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_]
@@ -79,14 +85,22 @@ class BatchDecoder:
         """Reads and decodes in compiled code; None for anything amiss (the careful path below
         then raises or skips with the exact error)."""
         assert self.spec is not None
-        framed = self.files.read_framed(ids)
-        if framed is None:
-            return None
-        buffer, starts, sizes = framed
+        # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
+        scratch, self._scratch = self._scratch or bytearray(), None
         try:
-            return native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
-        except (native.Rejected, FeatureError):
-            return None
+            framed = self.files.read_framed(ids, scratch)
+            if framed is None:
+                return None
+            buffer, starts, sizes = framed
+            scratch = buffer
+            try:
+                # The columns own their memory (values, and bytes copied out): nothing keeps
+                # a view of the buffer once this returns.
+                return native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+            except (native.Rejected, FeatureError):
+                return None
+        finally:
+            self._scratch = scratch
 
     def _decode_carefully(
         self,

@@ -114,9 +114,7 @@ def _default_bytes(spec: FixedLen) -> bytes | None:
 def _column(key: str, spec: FeatureSpec, sequence: bool) -> tuple[Any, ...]:
     """The extension's column: (key, kind, mode, numel, required, sequence, default)."""
     name = key.encode()
-    if isinstance(spec, Image):
-        return (name, 1, _MODE_ONE, 1, 1, 0, None)
-    if isinstance(spec, RawTensor):
+    if isinstance(spec, Image | RawTensor):  # one bytes value, decoded per record in Python
         return (name, 1, _MODE_ONE, 1, 1, 0, None)
     kind = _KIND[list_kind(spec.dtype)]
     if sequence:  # a feature list: steps of numel values (FixedLenSequence) or of any length

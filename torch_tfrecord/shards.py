@@ -178,12 +178,17 @@ class RecordFiles:
         return result
 
     def read_framed(
-        self, record_ids: npt.ArrayLike
+        self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
     ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
         """The framed records (header, payload, CRCs) of the given ids, read into one buffer.
 
         For the native decoder: one buffer per batch, one positional read per run of records
         that lie back to back in a file, no Python object per record.
+
+        Args:
+            record_ids: global record ids, in the order wanted.
+            scratch: a buffer to read into (grown as needed) instead of a new one, so that
+                batch after batch reuses memory that is already mapped.
 
         Returns:
             ``(buffer, starts, framed_sizes)``, record ``i`` of ``record_ids`` at
@@ -201,7 +206,16 @@ class RecordFiles:
             entries[first:stop] = self.tables[int(shards[first])][local[first:stop]]
         positions = np.zeros(len(ids), dtype=np.int64)
         np.cumsum(entries[:-1, 1], out=positions[1:])
-        buffer = bytearray(int(entries[:, 1].sum()))
+        total = int(entries[:, 1].sum())
+        if scratch is None:
+            buffer = bytearray(total)
+        else:
+            buffer = scratch
+            if len(scratch) < total:
+                try:
+                    scratch.extend(bytes(total - len(scratch)))
+                except BufferError:  # something still holds a view of it: leave it be
+                    buffer = bytearray(total)
         for first, stop in itertools.pairwise(bounds):
             shard = int(shards[first])
             offsets = np.ascontiguousarray(entries[first:stop, 0])
