@@ -721,3 +721,16 @@ def test_fuzz_harness_passes_its_corpus() -> None:
     assert len(corpus) >= 6
     for path in corpus:
         check(path.read_bytes())
+
+
+def test_empty_batch_decodes_alike(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = id_shards([3, 2])
+    spec = {"id": FixedLen((), torch.int64), "x": VarLen(torch.float32)}
+    results = []
+    for decoder in ("native", "python"):
+        monkeypatch.setenv(native.ENV_VAR, decoder)
+        dataset = tt.IndexedTFRecordDataset(paths, spec=spec)
+        results.append((dataset.__getitems__([]), dataset.__getitems__([4, 0])))
+    assert same(results[0], results[1]) and results[0][0] == []

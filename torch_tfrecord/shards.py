@@ -198,6 +198,8 @@ class RecordFiles:
         from .native import read_into
 
         ids = np.asarray(record_ids, dtype=np.int64)
+        if not len(ids):
+            return bytearray(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         by_id = np.argsort(ids, kind="stable")  # global id order is file order
         shards, local = self.locate(ids[by_id])
         entries = np.empty((len(ids), 2), dtype=np.int64)
