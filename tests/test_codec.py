@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from wire import entry, example, ld, varint
 
 import torch_tfrecord as tt
 from torch_tfrecord import (
@@ -334,45 +335,23 @@ def test_batched_decode_equals_per_record_decode(batch: list[dict[str, Any]], da
                 assert row == single[key]
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _example(key: str, feature: bytes) -> bytes:
-    entry = _field(1, key.encode()) + _field(2, feature)
-    return _field(1, _field(1, entry))
-
-
 @pytest.mark.parametrize("count", [3, 200])  # short lists and the packed-bytes fast path
 def test_unpacked_and_packed_encodings_decode_alike(count: int) -> None:
     import struct
 
     ints = [(-1) ** i * (i * 7919) ** 3 for i in range(count)]
     floats = [i / 3 for i in range(count)]
-    unpacked_ints = b"".join(_varint(1 << 3 | 0) + _varint(v) for v in ints)  # field 1, wire type 0
-    unpacked_floats = b"".join(_varint(1 << 3 | 5) + struct.pack("<f", v) for v in floats)  # wire type 5
+    unpacked_ints = b"".join(varint(1 << 3 | 0) + varint(v) for v in ints)  # field 1, wire type 0
+    unpacked_floats = b"".join(varint(1 << 3 | 5) + struct.pack("<f", v) for v in floats)  # wire type 5
     records = [
-        _example("i", _field(3, unpacked_ints)),
-        _example("i", _field(3, _field(1, b"".join(_varint(v) for v in ints)))),
+        example(entry(b"i", ld(3, unpacked_ints))),
+        example(entry(b"i", ld(3, ld(1, b"".join(varint(v) for v in ints))))),
     ]
     float_records = [
-        _example("f", _field(2, unpacked_floats)),
-        _example("f", _field(2, _field(1, struct.pack(f"<{count}f", *floats)))),
+        example(entry(b"f", ld(2, unpacked_floats))),
+        example(entry(b"f", ld(2, ld(1, struct.pack(f"<{count}f", *floats))))),
         # An unknown field inside the FloatList survives re-serialization: the slow path must serve.
-        _example("f", _field(2, _field(1, struct.pack(f"<{count}f", *floats)) + _field(9, b"x"))),
+        example(entry(b"f", ld(2, ld(1, struct.pack(f"<{count}f", *floats)) + ld(9, b"x")))),
     ]
     spec = {"i": FixedLen((count,), torch.int64)}
     batch = decode_batch(records, spec)
@@ -384,5 +363,5 @@ def test_unpacked_and_packed_encodings_decode_alike(count: int) -> None:
 
 
 def test_unknown_fields_are_ignored() -> None:
-    record = encode_example({"label": 5}) + _field(15, b"future field")
+    record = encode_example({"label": 5}) + ld(15, b"future field")
     assert decode_example(record, {"label": FixedLen((), torch.int64)})["label"].item() == 5

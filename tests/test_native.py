@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import torch
 from google.protobuf.message import DecodeError
+from wire import entry, example, ld, tag, varint
 
 import torch_tfrecord as tt
 from torch_tfrecord import (
@@ -48,37 +49,8 @@ ERROR_CODES = {ExampleDecodeError: 2, FeatureTypeError: 3, FeatureShapeError: 4,
 # ---------------------------------------------------------------------------------------- wire
 
 
-def varint(value: int) -> bytes:
-    value &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def tag(field: int, wire: int) -> bytes:
-    return varint(field << 3 | wire)
-
-
-def ld(field: int, payload: bytes) -> bytes:
-    return tag(field, 2) + varint(len(payload)) + payload
-
-
 def groups(n: int) -> bytes:
     return tag(9, 3) * n + tag(9, 4) * n
-
-
-def entry(key: bytes, *features: bytes) -> bytes:
-    return ld(1, ld(1, key) + b"".join(ld(2, f) for f in features))
-
-
-def example(*entries: bytes) -> bytes:
-    return ld(1, b"".join(entries))
 
 
 def ints(*values: int, packed: bool = True) -> bytes:
