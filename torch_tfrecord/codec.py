@@ -387,16 +387,23 @@ def _stack_raw(spec: RawTensor, tensors: list[torch.Tensor]) -> Any:
     return torch.stack(tensors) if spec.is_static and tensors else tensors
 
 
-def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
-    lists = column.lists(maps, "bytes_list")
-    tensors = []
-    for i, values in enumerate(lists):
+def _single_values(column: _Column, maps: Sequence[Any], expected: str) -> list[bytes]:
+    """Each record's only bytes value; a missing feature or another count is an error."""
+    singles = []
+    for i, values in enumerate(column.lists(maps, "bytes_list")):
         if values is None:
             raise column.missing(i)
         if len(values) != 1:
-            raise column.wrong_count(i, "exactly one bytes value", len(values))
+            raise column.wrong_count(i, expected, len(values))
+        singles.append(values[0])
+    return singles
+
+
+def _decode_raw(column: _Column, spec: RawTensor, maps: Sequence[Any]) -> Any:
+    tensors = []
+    for i, data in enumerate(_single_values(column, maps, "exactly one bytes value")):
         dims = [d if isinstance(d, int) else _scalar_int(column, maps[i], d, i) for d in spec.shape]
-        tensors.append(_raw_tensor(column, spec, i, values[0], dims))
+        tensors.append(_raw_tensor(column, spec, i, data, dims))
     return _stack_raw(spec, tensors)
 
 
@@ -417,15 +424,8 @@ def _decode_image(column: _Column, spec: Image, maps: Sequence[Any]) -> list[tor
     from .vision import image_backend
 
     image_backend()  # no image library: an ImportError naming the extra, not "not an image"
-    lists = column.lists(maps, "bytes_list")
-    images = []
-    for i, values in enumerate(lists):
-        if values is None:
-            raise column.missing(i)
-        if len(values) != 1:
-            raise column.wrong_count(i, "exactly one encoded image", len(values))
-        images.append(_image(column, spec, i, values[0]))
-    return images
+    singles = _single_values(column, maps, "exactly one encoded image")
+    return [_image(column, spec, i, data) for i, data in enumerate(singles)]
 
 
 def _decode_features(

@@ -163,7 +163,11 @@ def _run(
 
 
 class _Assembler:
-    """Turns the extension's columns into the protobuf decoder's output types."""
+    """Turns the extension's columns into the protobuf decoder's output types.
+
+    It shares the protobuf decoder's helpers (casts, text, RawTensor, images) so both give the
+    same values and errors; they are imported where used, as codec imports this module.
+    """
 
     def __init__(self, buffer: Any, n: int, locations: Sequence[str] | None) -> None:
         self.buffer = buffer
@@ -201,7 +205,7 @@ class _Assembler:
         return memoryview(self.buffer)[start : start + length]
 
     def feature(self, key: str, spec: FeatureSpec, column: tuple[bytes, Any, Any, Any]) -> Any:
-        from .codec import _Column, _image, _raw_tensor, _stack_raw
+        from .codec import _Column, _image, _raw_tensor, _stack_raw, _where
 
         status, rows_buffer, values, _ = column
         rows = np.frombuffer(rows_buffer, dtype=np.int64)
@@ -223,7 +227,9 @@ class _Assembler:
             numel = math.prod(spec.shape)
             if kind == "bytes_list":
                 return self.fixed_bytes(key, spec, status, rows, values, rows_buffer)
-            tensor = self.numeric(key, values, spec.dtype, lambda p: self.where(p // max(numel, 1)))
+            tensor = self.numeric(
+                key, values, spec.dtype, lambda p: _where(self.locations, p // max(numel, 1))
+            )
             return tensor.reshape(self.n, *spec.shape)
         if kind == "bytes_list":
             return self.byte_rows(key, spec, values, rows_buffer, scalar=False)
@@ -254,9 +260,6 @@ class _Assembler:
         default = list(spec.default)
         filled = [row if present[i] else default for i, row in enumerate(listed)]
         return [row[0] for row in filled] if scalar else filled
-
-    def where(self, i: int) -> str:
-        return self.locations[int(i)] if self.locations is not None else f"record {int(i)} of the batch"
 
     def sequence(self, key: str, spec: FixedLenSequence | VarLen, column: tuple[bytes, Any, Any, Any]) -> Any:
         """A feature list: per record its steps (rows count steps; steps end at value offsets)."""
