@@ -706,3 +706,30 @@ def test_empty_batch_decodes_alike(
         dataset = tt.IndexedTFRecordDataset(paths, spec=spec)
         results.append((dataset.__getitems__([]), dataset.__getitems__([4, 0])))
     assert same(results[0], results[1]) and results[0][0] == []
+
+
+def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
+    id_shards: Callable[..., list[Path]],
+) -> None:
+    from torch_tfrecord.shards import RecordFiles
+
+    paths = id_shards([4])
+    files = RecordFiles.from_sources(paths)
+    buffer, starts, sizes = files.read_framed([2, 0])  # type: ignore[misc]
+    assert bytes(buffer[starts[1] : starts[1] + sizes[1]]) == encode_record(
+        tt.encode_example({"id": 0, "x": []})
+    )
+    os.close(files._fd(0))  # the descriptor fails under it: EBADF
+    try:
+        assert files.read_framed([1]) is None
+        with pytest.raises(OSError):
+            files.read([1])
+    finally:
+        files._files.clear()
+    with open(paths[0], "r+b") as handle:
+        handle.truncate(os.path.getsize(paths[0]) - 5)
+    shrunk = RecordFiles(files.paths, files.tables)
+    shrunk.sizes[0] = os.path.getsize(paths[0]) + 5  # the size it had when indexed
+    assert shrunk.read_framed([3]) is None
+    with pytest.raises(tt.StaleIndexError, match="shrank"):
+        shrunk.read([3])

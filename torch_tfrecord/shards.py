@@ -193,7 +193,7 @@ class RecordFiles:
         Returns:
             ``(buffer, starts, framed_sizes)``, record ``i`` of ``record_ids`` at
             ``buffer[starts[i]:starts[i] + framed_sizes[i]]``; None when a file is shorter
-            than its index says (:meth:`read` then reports which record and why).
+            than its index says or a read fails (:meth:`read` then reports which record and why).
         """
         from .native import read_into
 
@@ -224,7 +224,11 @@ class RecordFiles:
             sizes = np.ascontiguousarray(entries[first:stop, 1])
             if int((offsets + sizes).max()) > self.sizes[shard]:
                 return None
-            if read_into(self._fd(shard), offsets, sizes, buffer, int(positions[first])) != stop - first:
+            try:
+                complete = read_into(self._fd(shard), offsets, sizes, buffer, int(positions[first]))
+            except OSError:  # the per-record read meets it again and raises it
+                return None
+            if complete != stop - first:
                 return None
         starts = np.empty_like(positions)
         framed_sizes = np.empty_like(positions)
