@@ -733,3 +733,17 @@ def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     assert shrunk.read_framed([3]) is None
     with pytest.raises(tt.StaleIndexError, match="shrank"):
         shrunk.read([3])
+
+
+def test_a_disagreement_is_logged_and_protobuf_wins(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def reject(*args: Any, **kwargs: Any) -> Any:
+        raise native.Rejected(2, 0)
+
+    monkeypatch.setattr(native, "decode_examples", reject)
+    monkeypatch.setenv(native.ENV_VAR, "native")
+    with caplog.at_level("WARNING", logger="torch_tfrecord.codec"):
+        batch = tt.decode_batch([good_record(3)], {"pair": SPEC["pair"]})
+    assert batch["pair"].tolist() == [[3, -3]]
+    assert "native decoder rejected a batch that the protobuf decoder accepts" in caplog.text

@@ -11,7 +11,7 @@ import logging
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -501,32 +501,45 @@ def decode_batch(
     if locations is not None and len(locations) != len(records):
         raise ValueError(f"{len(locations)} locations for {len(records)} records")
     normalized = normalize_spec(spec)
+
+    def reference() -> dict[str, Any]:
+        examples = _parse(records, Example, locations)
+        maps = [example.features.feature for example in examples]
+        specs = normalized if normalized is not None else _infer_batch_spec(maps, locations)
+        return _decode_features(maps, specs, locations)
+
+    if normalized is None or not records:
+        return reference()
+    return _native_else_reference(lambda: native.decode_examples(records, normalized, locations), reference)
+
+
+_T = TypeVar("_T")
+
+
+def _native_else_reference(native_call: Callable[[], _T | None], reference: Callable[[], _T]) -> _T:
+    """The native decoder's result when it runs and takes the batch; else the protobuf decoder's.
+
+    A batch the native decoder rejects goes to the protobuf decoder, which raises the exact
+    error (class, key, record, message). Should protobuf accept it, the two disagree: that is
+    logged loudly, and the protobuf result is used.
+    """
     rejected = None
-    if normalized is not None and records and native.decoder() == "native":
+    if native.decoder() == "native":
         try:
-            decoded = native.decode_examples(records, normalized, locations)
+            decoded = native_call()
         except (native.Rejected, FeatureError) as error:
-            rejected = error  # the protobuf decoder below raises the exact error
+            rejected = error
         else:
             if decoded is not None:
                 return decoded
-    examples = _parse(records, Example, locations)
-    maps = [example.features.feature for example in examples]
-    result = _decode_features(
-        maps, normalized if normalized is not None else _infer_batch_spec(maps, locations), locations
-    )
-    _accepted_after_rejection(rejected)
-    return result
-
-
-def _accepted_after_rejection(rejected: Exception | None) -> None:
-    """The decoders disagree (the native one rejected what protobuf decodes): say so, loudly."""
+    result = reference()
     if rejected is not None:
         logger.warning(
             "the native decoder rejected a batch that the protobuf decoder accepts (%s); using the "
             "protobuf result. Please report this with the records.",
             rejected,
         )
+    return result
 
 
 def _unbatch(value: Any) -> Any:
@@ -610,22 +623,20 @@ def _parse_sequences(
         raise ValueError(f"{len(locations)} locations for {len(records)} records")
     context_specs = normalize_spec(context_spec or {}) or {}
     sequence_specs = _sequence_spec(sequence_spec)
-    rejected = None
-    if records and native.decoder() == "native":
-        try:
-            decoded = native.decode_sequences(records, context_specs, sequence_specs, locations)
-        except (native.Rejected, FeatureError) as error:
-            rejected = error  # the protobuf decoder below raises the exact error
-        else:
-            if decoded is not None:
-                return decoded
-    messages = _parse(records, SequenceExample, locations)
-    context_maps = [m.context.feature for m in messages]
-    context = _decode_features(context_maps, context_specs, locations)
-    lists_maps = [m.feature_lists.feature_list for m in messages]
-    sequences, lengths = _decode_feature_lists(lists_maps, sequence_specs, locations)
-    _accepted_after_rejection(rejected)
-    return context, sequences, lengths
+
+    def reference() -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]]:
+        messages = _parse(records, SequenceExample, locations)
+        context_maps = [m.context.feature for m in messages]
+        context = _decode_features(context_maps, context_specs, locations)
+        lists_maps = [m.feature_lists.feature_list for m in messages]
+        sequences, lengths = _decode_feature_lists(lists_maps, sequence_specs, locations)
+        return context, sequences, lengths
+
+    if not records:
+        return reference()
+    return _native_else_reference(
+        lambda: native.decode_sequences(records, context_specs, sequence_specs, locations), reference
+    )
 
 
 def decode_sequence_example(
