@@ -17,11 +17,9 @@ fuzz/README.md); without that, libFuzzer is guided by the Python side only.
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from _harness import main
 
 SPECS: list[dict[str, Any]] = []
 SEQUENCE_SPECS: list[tuple[dict[str, Any], dict[str, Any]]] = []
@@ -109,24 +107,13 @@ def seeds() -> dict[str, bytes]:
     return out
 
 
-def main() -> None:
-    if sys.argv[1:2] == ["--write-seeds"]:
-        directory = Path(sys.argv[2])
-        directory.mkdir(parents=True, exist_ok=True)
-        for name, data in seeds().items():
-            (directory / name).write_bytes(data)
-        return
-    import atheris
-
+def load_instrumented() -> None:
     os.environ["TORCH_TFRECORD_DECODER"] = "native"
-    with atheris.instrument_imports(include=["torch_tfrecord"]):
-        import torch_tfrecord.native
+    import torch_tfrecord.native
 
     assert torch_tfrecord.native._native is not None, "the extension did not load"
     load()
-    atheris.Setup(sys.argv, check)
-    atheris.Fuzz()
 
 
 if __name__ == "__main__":
-    main()
+    main(check, seeds, load_instrumented)

@@ -9,7 +9,19 @@ from torch_tfrecord.spec import normalize_spec
 
 def test_fixed_len_validates_at_construction() -> None:
     assert tt.FixedLen(3, torch.float32).shape == (3,)
-    assert tt.FixedLen([2, 2], torch.int64, default=0).default == (0, 0, 0, 0)
+    filled = tt.FixedLen([2, 2], torch.int64, default=0)
+    assert filled.default_values() == (0, 0, 0, 0)
+    assert filled == tt.FixedLen((2, 2), torch.int64, default=[0, 0, 0, 0])  # one canonical form
+    assert tt.FixedLen((2,), torch.float32, default=[1, 2]).default_values() == (1.0, 2.0)
+    assert tt.FixedLen((2,), torch.float32).default_values() is None
+    huge = tt.FixedLen((1 << 16, 1 << 14), torch.float32, default=0.5)  # stored as one value
+    assert huge.default == (0.5,)
+    with pytest.raises(tt.SpecError, match="no record can"):
+        tt.FixedLen((1 << 20, 1 << 20), torch.float32, default=0.5)
+    with pytest.raises(tt.SpecError, match="non-negative ints"):
+        tt.FixedLen(2.0, torch.float32)  # type: ignore[arg-type]
+    with pytest.raises(tt.SpecError, match="must hold bytes"):
+        tt.FixedLen((), bytes, default=1.5)
     with pytest.raises(ValueError, match="non-negative ints"):
         tt.FixedLen((-1,), torch.int64)
     with pytest.raises(ValueError, match="not supported"):
@@ -35,6 +47,8 @@ def test_other_specs_validate() -> None:
         tt.Image("CMYK")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="shape \\(\\)"):
         tt.FixedLenSequence((2,), str)
+    with pytest.raises(tt.SpecError, match="cannot be told"):
+        tt.FixedLenSequence((3, 0), torch.float32)
     assert tt.RawTensor(torch.uint8, ("h", "w", 3)).shape == ("h", "w", 3)
     assert not tt.RawTensor(torch.uint8, ("h", 3)).is_static and tt.RawTensor(torch.uint8, (2, 3)).is_static
 

@@ -24,6 +24,7 @@ from .errors import (
     FeatureShapeError,
     FeatureTypeError,
     MissingFeatureError,
+    SpecError,
 )
 from .proto import BytesList, Example, FloatList, Int64List, SequenceExample
 from .ragged import Ragged
@@ -278,7 +279,7 @@ def _decode_fixed(column: _Column, spec: FixedLen, maps: Sequence[Any]) -> Any:
             if spec.default is None:
                 raise column.missing(i)
             if default is None:
-                default = _default_entry(kind, spec.default, messages)
+                default = _default_entry(kind, spec.default_values() or (), messages)
             lists[i] = default
         elif entry is _EMPTY:
             if numel:
@@ -379,6 +380,8 @@ def _raw_tensor(column: _Column, spec: RawTensor, i: int, data: Any, dims: list[
         dims[dims.index(-1)] = count // known
     elif known != count:
         raise column.wrong_count(i, f"{known} {spec.dtype} items for shape {tuple(dims)}", count)
+    if not count:  # an empty numpy array's stride cannot be viewed as a wider dtype
+        return torch.empty(dims, dtype=spec.dtype)
     array = np.frombuffer(data, dtype=np.uint8).copy()  # writable, owned by the tensor
     return torch.from_numpy(array).view(spec.dtype).reshape(dims)
 
@@ -568,7 +571,7 @@ def _sequence_spec(spec: Mapping[str, Any]) -> dict[str, FixedLenSequence | VarL
     normalized = normalize_spec(spec) or {}
     for key, value in normalized.items():
         if not isinstance(value, FixedLenSequence | VarLen):
-            raise TypeError(f"sequence feature {key!r}: use FixedLenSequence or VarLen, got {value!r}")
+            raise SpecError(f"sequence feature {key!r}: use FixedLenSequence or VarLen, got {value!r}")
     return normalized  # type: ignore[return-value]
 
 

@@ -16,6 +16,7 @@ __all__ = [
     "IndexFormatError",
     "MissingFeatureError",
     "SourceNotFoundError",
+    "SpecError",
     "StaleIndexError",
     "TFRecordError",
     "TruncatedRecordError",
@@ -64,6 +65,14 @@ class CompressedIndexError(TFRecordError, ValueError):
 
 class SourceNotFoundError(TFRecordError, FileNotFoundError):
     """A path, glob or directory given as a source names no file."""
+
+
+class SpecError(TFRecordError, ValueError, TypeError):
+    """A feature spec is not valid: an unknown dtype or shorthand, a bad shape or default.
+
+    Raised when the spec is made, never at record 1,000,000. It is a ValueError for a bad
+    value and a TypeError for a value of the wrong kind, as the builtins would be.
+    """
 
 
 class FeatureError(TFRecordError, ValueError):

@@ -104,11 +104,12 @@ def decoder() -> Literal["native", "python"]:
 
 
 def _default_bytes(spec: FixedLen) -> bytes | None:
-    if spec.default is None or spec.dtype in (bytes, str):
+    values = spec.default_values()
+    if values is None or spec.dtype in (bytes, str):
         return None
     if list_kind(spec.dtype) == "int64_list":
-        return np.array([int(v) for v in spec.default], dtype="<i8").tobytes()
-    return np.array(spec.default, dtype="<f4").tobytes()
+        return np.array([int(v) for v in values], dtype="<i8").tobytes()
+    return np.array(values, dtype="<f4").tobytes()
 
 
 def _column(key: str, spec: FeatureSpec, sequence: bool) -> tuple[Any, ...]:
@@ -257,7 +258,7 @@ class _Assembler:
         if (counts[present] != numel).any():
             raise Rejected(4, int(np.flatnonzero(present & (counts != numel))[0]))
         listed = self.byte_rows(key, spec, values, rows_buffer, scalar=False)
-        default = list(spec.default)
+        default = list(spec.default_values() or ())
         filled = [row if present[i] else default for i, row in enumerate(listed)]
         return [row[0] for row in filled] if scalar else filled
 

@@ -252,17 +252,21 @@ def _coalesce(entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) ->
     yield from itertools.pairwise([0, *breaks.tolist(), n])
 
 
-def _as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike) -> npt.NDArray[np.int64]:
+def _as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike, path: str) -> npt.NDArray[np.int64]:
+    """Index rows as an ``(n, 2)`` int64 array; an entry no record can have is a StaleIndexError."""
     array_ = np.asarray(entries, dtype=np.int64)
     if array_.size == 0:
         return array_.reshape(0, 2)
     if array_.ndim != 2 or array_.shape[1] != 2:
         raise ValueError(f"entries must be (offset, framed_size) pairs, got shape {array_.shape}")
-    if (array_[:, 0] < 0).any() or (array_[:, 1] < FRAME_OVERHEAD).any():
-        bad = int(np.flatnonzero((array_[:, 0] < 0) | (array_[:, 1] < FRAME_OVERHEAD))[0])
-        raise ValueError(
-            f"entry {bad} {tuple(array_[bad].tolist())} is impossible: offsets are >= 0 "
-            f"and framed sizes >= {FRAME_OVERHEAD}"
+    offsets, sizes = array_[:, 0], array_[:, 1]
+    # offset + size must not pass int64's end either: that would wrap to a "valid" small end.
+    impossible = (offsets < 0) | (sizes < FRAME_OVERHEAD) | (offsets > np.iinfo(np.int64).max - sizes)
+    if impossible.any():
+        bad = int(np.flatnonzero(impossible)[0])
+        raise StaleIndexError(
+            f"index entry {bad} {tuple(array_[bad].tolist())} for {path!r} is impossible: offsets "
+            f"are >= 0, framed sizes >= {FRAME_OVERHEAD}, and a record ends before byte 2**63"
         )
     return array_
 
@@ -384,7 +388,7 @@ def _read_entries(
     on_error: OnError,
     stats: ReadStats | None,
 ) -> Iterator[bytes]:
-    table = _as_entries(entries)
+    table = _as_entries(entries, path)
     numbers = (
         np.arange(len(table), dtype=np.int64)
         if record_numbers is None

@@ -12,7 +12,10 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal, TypeAlias
 
+import numpy as np
 import torch
+
+from .errors import SpecError
 
 __all__ = [
     "DType",
@@ -44,7 +47,7 @@ def list_kind(dtype: Any) -> ListKind:
         return "int64_list"
     if dtype in _FLOAT_DTYPES:
         return "float_list"
-    raise ValueError(
+    raise SpecError(
         f"dtype {dtype!r} is not supported: use torch.int64 / int32 / int16 / int8 / uint8 / bool, "
         "torch.float32 / float64 / float16 / bfloat16, bytes or str"
     )
@@ -59,32 +62,93 @@ def _dtype_repr(dtype: Any) -> str:
 
 
 def _shape(shape: Any, name: str) -> tuple[int, ...]:
+    if not isinstance(shape, int | tuple | list):
+        raise SpecError(f"{name} must be a tuple of non-negative ints, got {shape!r}")
     dims = (shape,) if isinstance(shape, int) else tuple(shape)
     for dim in dims:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 0:
-            raise ValueError(f"{name} must be a tuple of non-negative ints, got {shape!r}")
+            raise SpecError(f"{name} must be a tuple of non-negative ints, got {shape!r}")
     return dims
 
 
+_MAX_VALUES = (1 << 31) - 1  # a serialized Example is under 2 GiB: no feature holds more values
+
+
+def _numel(shape: tuple[int, ...], name: str) -> int:
+    numel = math.prod(shape)
+    if numel > _MAX_VALUES:
+        raise SpecError(
+            f"{name} {shape} holds {numel} values: no record can (a serialized Example is under 2 GiB)"
+        )
+    return numel
+
+
 def _default(default: Any, dtype: Any, shape: tuple[int, ...], name: str) -> Any:
-    """Validates a default value and stores it flat and hashable (a tuple), or None."""
+    """Validates a default value and stores it flat and hashable (a tuple), or None.
+
+    A default whose values are all equal is stored as that one value (filled in when used), so
+    ``default=0`` and ``default=[0, 0]`` give equal specs and a large shape costs nothing here.
+    """
     if default is None:
         return None
-    numel = math.prod(shape)
+    numel = _numel(shape, name + " shape")
     if dtype is bytes or dtype is str:
-        values = [default] if isinstance(default, bytes | str) else list(default)
-        if any(not isinstance(v, dtype) for v in values):
-            raise ValueError(f"{name} default {default!r} must hold {_dtype_repr(dtype)} values")
+        values = [default] if isinstance(default, bytes | str) else default
+        if not isinstance(values, list | tuple) or any(not isinstance(v, dtype) for v in values):
+            raise SpecError(f"{name} default {default!r} must hold {_dtype_repr(dtype)} values")
     else:
-        try:
-            values = torch.as_tensor(default, dtype=torch.float64).reshape(-1).tolist()
-        except (TypeError, ValueError, RuntimeError) as error:
-            raise ValueError(f"{name} default {default!r} is not numeric: {error}") from None
-    if len(values) == 1 and numel != 1:
-        values = values * numel
-    if len(values) != numel:
-        raise ValueError(f"{name} default has {len(values)} values, shape {shape} needs {numel}")
+        values = [_number(v, dtype, f"{name} default {default!r}") for v in _flat(default, name)]
+    if len(values) not in (1, numel):
+        raise SpecError(f"{name} default has {len(values)} values, shape {shape} needs {numel}")
+    if len(values) > 1 and all(_same_value(v, values[0]) for v in values):
+        values = values[:1]
     return tuple(values)
+
+
+def _flat(default: Any, name: str) -> list[Any]:
+    """A scalar or (nested) list / tuple / array of numbers, flattened; ragged nesting is an error."""
+    try:
+        array = np.asarray(default, dtype=object)
+    except ValueError as error:  # ragged nesting
+        raise SpecError(
+            f"{name} default {default!r} is not a scalar or a regular nested list: {error}"
+        ) from None
+    return list(array.reshape(-1))
+
+
+def _number(value: Any, dtype: Any, what: str) -> int | float:
+    """One default value as the Python number the dtype stores, checked to fit it."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if not isinstance(value, int | float):
+        raise SpecError(f"{what} is not numeric: {value!r}")
+    if dtype in _FLOAT_DTYPES:
+        number = float(value)
+        # Specs that compare equal must decode alike (caches are keyed by them): one NaN object,
+        # and -0.0 (== 0.0) stored as 0.0.
+        return math.nan if math.isnan(number) else number + 0.0
+    if isinstance(value, float) and not value.is_integer():
+        raise SpecError(f"{what}: {value!r} is not an integer, as {_dtype_repr(dtype)} needs")
+    number = int(value)
+    info = (0, 1) if dtype is torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    if not info[0] <= number <= info[1]:
+        raise SpecError(f"{what}: {number} does not fit {_dtype_repr(dtype)} ({info[0]}..{info[1]})")
+    return number
+
+
+def _values_repr(values: tuple[Any, ...]) -> str:
+    """A default as Python to paste: one value alone, several as a list; NaN and inf spelled out."""
+    parts = [
+        f"float({str(v)!r})" if isinstance(v, float) and not math.isfinite(v) else repr(v) for v in values
+    ]
+    return parts[0] if len(parts) == 1 else "[" + ", ".join(parts) + "]"
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):  # NaN is one value, -0.0 another than 0.0
+        equal = a == b or (math.isnan(a) and math.isnan(b))
+        return equal and math.copysign(1, a) == math.copysign(1, b)
+    return bool(type(a) is type(b) and a == b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,15 +175,20 @@ class FixedLen:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _shape(self.shape, "FixedLen shape"))
+        _numel(self.shape, "FixedLen shape")
         list_kind(self.dtype)
         if self.dtype in (bytes, str) and len(self.shape) > 1:
-            raise ValueError(
-                f"FixedLen of {_dtype_repr(self.dtype)} takes shape () or (n,), got {self.shape}"
-            )
+            raise SpecError(f"FixedLen of {_dtype_repr(self.dtype)} takes shape () or (n,), got {self.shape}")
         object.__setattr__(self, "default", _default(self.default, self.dtype, self.shape, "FixedLen"))
 
+    def default_values(self) -> tuple[Any, ...] | None:
+        """The default as one flat value per element of ``shape`` (None without a default)."""
+        if self.default is None:
+            return None
+        return self.default * math.prod(self.shape) if len(self.default) == 1 else self.default
+
     def __repr__(self) -> str:
-        default = "" if self.default is None else f", default={list(self.default)!r}"
+        default = "" if self.default is None else f", default={_values_repr(self.default)}"
         return f"tt.FixedLen(shape={self.shape!r}, dtype={_dtype_repr(self.dtype)}{default})"
 
 
@@ -166,19 +235,22 @@ class FixedLenSequence:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", _shape(self.shape, "FixedLenSequence shape"))
+        if _numel(self.shape, "FixedLenSequence shape") == 0:
+            raise SpecError(
+                f"FixedLenSequence shape {self.shape} holds no values: the number of steps of a "
+                "list of zero-value steps cannot be told"
+            )
         list_kind(self.dtype)
         if self.dtype in (bytes, str) and self.shape != ():
-            raise ValueError(
-                f"FixedLenSequence of {_dtype_repr(self.dtype)} takes shape (), got {self.shape}"
-            )
+            raise SpecError(f"FixedLenSequence of {_dtype_repr(self.dtype)} takes shape (), got {self.shape}")
         if self.default is not None and self.dtype in (bytes, str):
-            raise ValueError("FixedLenSequence of bytes / str takes no default")
+            raise SpecError("FixedLenSequence of bytes / str takes no default")
         object.__setattr__(self, "default", _default(self.default, self.dtype, (), "FixedLenSequence"))
 
     def __repr__(self) -> str:
         extra = ", allow_missing=True" if self.allow_missing else ""
         if self.default is not None:
-            extra += f", default={self.default[0]!r}"
+            extra += f", default={_values_repr(self.default)}"
         return f"tt.FixedLenSequence(shape={self.shape!r}, dtype={_dtype_repr(self.dtype)}{extra})"
 
 
@@ -197,16 +269,18 @@ class RawTensor:
 
     def __post_init__(self) -> None:
         if self.dtype not in _RAW_DTYPES:
-            raise ValueError(f"RawTensor dtype {self.dtype!r} must be a numeric torch dtype")
+            raise SpecError(f"RawTensor dtype {self.dtype!r} must be a numeric torch dtype")
+        if not isinstance(self.shape, int | str | tuple | list):
+            raise SpecError(f"RawTensor shape entries are ints >= -1 or feature names, got {self.shape!r}")
         dims = (self.shape,) if isinstance(self.shape, int | str) else tuple(self.shape)
         for dim in dims:
             valid_int = isinstance(dim, int) and not isinstance(dim, bool) and dim >= -1
             if not (valid_int or (isinstance(dim, str) and dim)):
-                raise ValueError(
+                raise SpecError(
                     f"RawTensor shape entries are ints >= -1 or feature names, got {self.shape!r}"
                 )
         if sum(1 for d in dims if d == -1) > 1:
-            raise ValueError(f"RawTensor shape may hold -1 once, got {self.shape!r}")
+            raise SpecError(f"RawTensor shape may hold -1 once, got {self.shape!r}")
         object.__setattr__(self, "shape", dims)
 
     @property
@@ -233,7 +307,7 @@ class Image:
 
     def __post_init__(self) -> None:
         if self.mode not in ("RGB", "L", "unchanged"):
-            raise ValueError(f"Image mode must be 'RGB', 'L' or 'unchanged', got {self.mode!r}")
+            raise SpecError(f"Image mode must be 'RGB', 'L' or 'unchanged', got {self.mode!r}")
 
     def __repr__(self) -> str:
         return f"tt.Image(mode={self.mode!r})"
@@ -261,24 +335,24 @@ def normalize_spec(spec: Mapping[str, Any] | None) -> dict[str, FeatureSpec] | N
     ``"str"``: each a :class:`VarLen` of that type.
 
     Raises:
-        ValueError: an unknown shorthand, naming the key.
+        SpecError: an unknown shorthand or a value that is no spec, naming the key.
     """
     if spec is None:
         return None
     if not isinstance(spec, Mapping):
-        raise TypeError(f"spec must be a mapping of feature key to spec, got {type(spec).__name__}")
+        raise SpecError(f"spec must be a mapping of feature key to spec, got {type(spec).__name__}")
     normalized: dict[str, FeatureSpec] = {}
     for key, value in spec.items():
         if not isinstance(key, str):
-            raise TypeError(f"feature keys are str, got {key!r}")
+            raise SpecError(f"feature keys are str, got {key!r}")
         if isinstance(value, str):
             if value not in _SHORTHANDS:
-                raise ValueError(
+                raise SpecError(
                     f"feature {key!r}: unknown shorthand {value!r}; use one of {sorted(_SHORTHANDS)}"
                 )
             normalized[key] = _SHORTHANDS[value]
         elif isinstance(value, FixedLen | VarLen | FixedLenSequence | RawTensor | Image):
             normalized[key] = value
         else:
-            raise TypeError(f"feature {key!r}: {value!r} is not a feature spec or shorthand")
+            raise SpecError(f"feature {key!r}: {value!r} is not a feature spec or shorthand")
     return normalized

@@ -1,0 +1,113 @@
+"""Fuzzing of the record reader: framing, CRCs, lengths, GZIP / ZLIB streams (atheris).
+
+The first byte picks how the rest becomes a file: as is, GZIP- or ZLIB-compressed (valid
+streams of fuzzed records), or as is but read as GZIP (fuzzed compressed streams). Then:
+
+- a strict read either returns every record or raises a TFRecordError;
+- ``on_error="skip"`` never raises, returns exactly the records before the damage, and counts it;
+- for plain files, the header walk (the index builder) agrees with the strict read, and reading
+  by the index it builds, in any order, gives the same payloads.
+
+    python fuzz/fuzz_reader.py fuzz/corpus/reader -atheris_runs=100000
+"""
+
+from __future__ import annotations
+
+import gzip
+import tempfile
+import zlib
+from pathlib import Path
+
+from _harness import Rejected, attempt, main
+
+_MODES = [(None, ""), ("gzip", ".gz"), ("zlib", ".zz"), ("gzip", ".gz")]
+_SCRATCH: list[Path] = []
+
+
+def _scratch(suffix: str) -> Path:
+    if not _SCRATCH:
+        _SCRATCH.append(Path(tempfile.mkdtemp(prefix="fuzz-reader-")))
+    return _SCRATCH[0] / f"data.tfrecord{suffix}"
+
+
+def _prefix_before_error(path: Path, compression: str | None) -> tuple[list[bytes], Rejected | None]:
+    from torch_tfrecord import read_records
+
+    records: list[bytes] = []
+    outcome = attempt(lambda: records.extend(read_records(path, compression=compression)))
+    return records, outcome if isinstance(outcome, Rejected) else None
+
+
+def check(data: bytes) -> None:
+    """Raises AssertionError (or any non-library exception) on a reader bug."""
+    import numpy as np
+
+    import torch_tfrecord as tt
+    from torch_tfrecord.index import index_from_sizes
+    from torch_tfrecord.reader import read_framed_sizes
+
+    if not data:
+        return
+    mode, body = data[0] % len(_MODES), data[1:]
+    compression, suffix = _MODES[mode]
+    content = {1: lambda b: gzip.compress(b, mtime=0), 2: zlib.compress}.get(mode, lambda b: b)(body)
+    path = _scratch(suffix)
+    path.write_bytes(content)
+
+    records, error = _prefix_before_error(path, compression)
+    stats = tt.ReadStats()
+    kept = list(tt.read_records(path, compression=compression, on_error="skip", stats=stats))
+    assert kept == records, "skip mode returned other records than the strict read before its error"
+    assert stats.files_skipped == (error is not None), (stats, error)
+    assert stats.records == len(records)
+    if error is not None:
+        assert isinstance(error.error, tt.CorruptRecordError), error
+        assert str(path) in str(error.error), f"the message does not name the file: {error}"
+    if compression is not None:
+        return
+
+    sizes = attempt(lambda: read_framed_sizes(path))
+    if error is None:
+        assert not isinstance(sizes, Rejected), sizes
+        assert len(sizes) == len(records) and int(sizes.sum()) == len(content)
+        table = index_from_sizes(sizes)
+        assert list(tt.read_records(path, entries=table)) == records
+        backwards = table[::-1]
+        numbers = np.arange(len(table))[::-1]
+        assert list(tt.read_records(path, entries=backwards, record_numbers=numbers)) == records[::-1]
+        assert list(tt.read_records(path, verify_crc=False)) == records
+    elif not isinstance(sizes, Rejected):
+        # Headers are sound (the damage is in a payload or its CRC): reads by this index meet
+        # the same damage, as an error or, with skip, as exactly the damaged records.
+        table = index_from_sizes(sizes)
+        assert int(sizes.sum()) == len(content)
+        by_index = attempt(lambda: list(tt.read_records(path, entries=table)))
+        assert isinstance(by_index, Rejected), "a damaged file read cleanly by its index"
+        skip_stats = tt.ReadStats()
+        good = list(tt.read_records(path, entries=table, on_error="skip", stats=skip_stats))
+        assert good[: len(records)] == records
+        assert skip_stats.records_skipped >= 1 and len(good) + skip_stats.records_skipped == len(table)
+
+
+def seeds() -> dict[str, bytes]:
+    import torch_tfrecord as tt
+
+    records = [tt.encode_example({"x": [i], "y": [b"v" * i]}) for i in range(3)]
+    framed = b"".join(tt.encode_record(r) for r in records)
+    return {
+        "plain": bytes([0]) + framed,
+        "gzip": bytes([1]) + framed,
+        "zlib": bytes([2]) + framed,
+        "gzip-raw": bytes([3]) + gzip.compress(framed, mtime=0),
+        "empty-record": bytes([0]) + tt.encode_record(b""),
+        "empty-file": bytes([0]),
+    }
+
+
+def load() -> None:
+    import torch_tfrecord
+    import torch_tfrecord.index  # noqa: F401
+
+
+if __name__ == "__main__":
+    main(check, seeds, load)
