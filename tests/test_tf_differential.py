@@ -12,10 +12,9 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections import Counter
 from pathlib import Path
 from typing import Any
-
-from collections import Counter
 
 import pytest
 import torch

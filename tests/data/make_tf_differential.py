@@ -165,7 +165,8 @@ def main() -> None:
     for record in records:
         batch = tf.constant([record])
         entry = {
-            name: _outcome(lambda spec=spec: tf.io.parse_example(batch, spec)) for name, spec in SPECS.items()
+            name: _outcome(lambda spec=spec, batch=batch: tf.io.parse_example(batch, spec))
+            for name, spec in SPECS.items()
         }
 
         def sequence(record: bytes = record) -> dict[str, Any]:
