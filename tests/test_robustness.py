@@ -115,7 +115,9 @@ def test_zero_length_record_is_a_record(tmp_path: Path) -> None:
     path = tmp_path / "zero.tfrecord"
     path.write_bytes(_framed([GOOD[0], b"", GOOD[1]]))
     assert list(tt.read_records(path)) == [GOOD[0], b"", GOOD[1]]
-    assert tt.decode_example(b"", {"label": tt.FixedLen((), torch.int64, default=-1)}) == {"label": torch.tensor(-1)}
+    assert tt.decode_example(b"", {"label": tt.FixedLen((), torch.int64, default=-1)}) == {
+        "label": torch.tensor(-1)
+    }
     with pytest.raises(tt.MissingFeatureError, match="'label'.*record 1 of"):
         list(tt.TFRecordDataset(path, spec=SPEC, shuffle=False))
 
@@ -132,7 +134,9 @@ def test_a_jpeg_is_not_a_tfrecord_file(tmp_path: Path) -> None:
 
     path = tmp_path / "photo.tfrecord"
     Image.new("RGB", (8, 8)).save(path, format="JPEG")
-    with pytest.raises(tt.CorruptRecordError, match=r"length CRC mismatch in .*photo.tfrecord' at byte 0 \(record 0\)"):
+    with pytest.raises(
+        tt.CorruptRecordError, match=r"length CRC mismatch in .*photo.tfrecord' at byte 0 \(record 0\)"
+    ):
         list(tt.read_records(path))
     with pytest.raises(tt.CorruptRecordError, match="record 0"):
         tt.TFRecordDataset(path, spec=SPEC)
@@ -302,7 +306,9 @@ def test_an_image_that_is_not_an_image(tmp_path: Path) -> None:
     Image.new("RGB", (4, 3), (1, 2, 3)).save(png, format="PNG")
     good = [tt.encode_example({"image": [png.getvalue()]})] * 8
     bad = tt.encode_example({"image": [b"\x89PNG\r\n\x1a\n not really"]})
-    _one_bad_record(tmp_path, bad, {"image": tt.Image("RGB")}, tt.FeatureTypeError, "'image'", "decodable", good=good)
+    _one_bad_record(
+        tmp_path, bad, {"image": tt.Image("RGB")}, tt.FeatureTypeError, "'image'", "decodable", good=good
+    )
 
 
 def test_matrix_is_documented() -> None:
@@ -310,5 +316,4 @@ def test_matrix_is_documented() -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "robustness.md").read_text()
     named = set(re.findall(r"`test_robustness::(test_\w+)`", doc))
     here = {name for name in globals() if name.startswith("test_") and name != "test_matrix_is_documented"}
-    assert named == here, (named ^ here)
-
+    assert named == here, named ^ here

@@ -1,0 +1,65 @@
+"""One rank of the kill-and-resume run of tests/test_faults.py (2 ranks x 2 DataLoader workers, gloo).
+
+    python ddp_rank.py SHARDS OUT_DIR   # with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT set
+
+Trains through one epoch in lockstep with the other rank (an all_reduce per step), appending
+each batch's record ids to OUT_DIR/rank-R.log as it goes and saving the dataset's place every
+3 batches to OUT_DIR/rank-R.ckpt (atomically). Started again after a kill, it resumes from the
+checkpoint. The test kills it mid-epoch with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+
+import torch_tfrecord as tt
+
+CHECKPOINT_EVERY = 3
+
+
+def main() -> None:
+    shards, out = sys.argv[1], Path(sys.argv[2])
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    rank = dist.get_rank()
+    dataset = tt.TFRecordDataset(shards, spec={"id": tt.FixedLen((), torch.int64)}, batch_size=8, seed=3)
+    checkpoint = out / f"rank-{rank}.ckpt"
+    done = 0
+    if checkpoint.exists():
+        saved = torch.load(checkpoint, weights_only=False)
+        dataset.load_state_dict(saved["dataset"])
+        done = saved["batches"]
+    else:
+        dataset.set_epoch(0)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    log = (out / f"rank-{rank}.log").open("a")
+    consumed = 0  # batches taken from this loader (after the loaded place)
+    for batch in loader:
+        step = torch.tensor([float(batch["id"].sum())])
+        dist.all_reduce(step)  # the ranks move together, as in training
+        time.sleep(float(os.environ.get("STEP_SECONDS", "0")))  # the step's compute
+        consumed += 1
+        log.write(json.dumps({"ids": batch["id"].tolist(), "run": os.environ["RUN"]}) + "\n")
+        log.flush()
+        os.fsync(log.fileno())
+        if (done + consumed) % CHECKPOINT_EVERY == 0:
+            temporary = checkpoint.with_suffix(".tmp")
+            torch.save(
+                {"dataset": dataset.state_dict(consumed=consumed), "batches": done + consumed}, temporary
+            )
+            os.replace(temporary, checkpoint)
+    log.write(json.dumps({"finished": True, "run": os.environ["RUN"]}) + "\n")
+    log.close()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Faults survived: a DDP job killed mid-epoch and resumed, a DataLoader worker killed, a writer killed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import torch_tfrecord as tt
+
+FAULTS = Path(__file__).resolve().parent / "faults"
+ROOT = FAULTS.parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+
+
+def _start_ranks(shards: Path, out: Path, run: str) -> list[subprocess.Popen[bytes]]:
+    port = _free_port()
+    processes = []
+    for rank in range(2):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RUN": run,
+            "STEP_SECONDS": "0.15" if run == "first" else "0",  # slow enough to be killed mid-epoch
+        }
+        processes.append(
+            subprocess.Popen(
+                [sys.executable, str(FAULTS / "ddp_rank.py"), str(shards), str(out)],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=(out / f"rank-{rank}-{run}.err").open("wb"),
+                start_new_session=True,  # its own process group: the kill reaches its workers too
+            )
+        )
+    return processes
+
+
+def test_ddp_job_killed_mid_epoch_resumes_exactly(
+    id_shards: Callable[..., list[Path]], tmp_path: Path
+) -> None:
+    """2 ranks x 2 workers, killed with SIGKILL mid-epoch, restarted from their checkpoints.
+
+    Each rank's records over both runs are its share of the epoch exactly once, except the
+    batches it took after its last checkpoint, which the resumed run hands out again (the same
+    batches, in the same order): those are counted and reported.
+    """
+    shards = id_shards([100, 60, 0, 156])  # 316 records: 19 batches of 8 per rank, 12 dropped
+    out = tmp_path / "run"
+    out.mkdir()
+    first = _start_ranks(shards[0].parent, out, "first")
+    try:
+        _wait_for(
+            lambda: all(len(_log(out / f"rank-{r}.log")) >= 8 for r in range(2)), 180, "8 batches per rank"
+        )
+    finally:
+        for process in first:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    killed_at = {r: sum("ids" in e for e in _log(out / f"rank-{r}.log")) for r in range(2)}
+    checkpoints = {r: torch.load(out / f"rank-{r}.ckpt", weights_only=False)["batches"] for r in range(2)}
+    second = _start_ranks(shards[0].parent, out, "second")
+    for rank, process in enumerate(second):
+        assert process.wait(timeout=180) == 0, (out / f"rank-{rank}-second.err").read_text()[-3000:]
+
+    plan = tt.EpochPlan((100, 60, 0, 156), world_size=2, batch_size=8, seed=3)
+    seen_by_rank, repeated = [], {}
+    for rank in range(2):
+        entries = _log(out / f"rank-{rank}.log")
+        runs = {
+            run: [e["ids"] for e in entries if e.get("run") == run and "ids" in e]
+            for run in ("first", "second")
+        }
+        assert entries[-1] == {"finished": True, "run": "second"}
+        before_kill, after = runs["first"], runs["second"]
+        kept = checkpoints[rank]
+        assert len(before_kill) == killed_at[rank] and 0 < kept <= len(before_kill)
+        # The batches after the last checkpoint come again, identical, at the start of the resumed run.
+        assert after[: len(before_kill) - kept] == before_kill[kept:]
+        repeated[rank] = len(before_kill) - kept
+        epoch = before_kill[:kept] + after
+        expected, _ = plan.__class__(**{**plan.__dict__, "rank": rank}).records(
+            range(plan.samples_per_rank), 0
+        )
+        assert [i for batch in epoch for i in batch] == expected.tolist()
+        seen_by_rank.append({i for batch in epoch for i in batch})
+    assert not seen_by_rank[0] & seen_by_rank[1]
+    assert len(seen_by_rank[0] | seen_by_rank[1]) == 316 - plan.dropped == 304
+    print(f"killed after {killed_at} batches; checkpoints at {checkpoints}; batches repeated: {repeated}")
+
+
+def test_worker_killed_gives_a_clear_error_not_a_hang(id_shards: Callable[..., list[Path]]) -> None:
+    (shard,) = id_shards([4000])
+    result = subprocess.run(
+        [sys.executable, str(FAULTS / "kill_worker.py"), str(shard)],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    outcome = json.loads(result.stdout.decode().splitlines()[-1])
+    assert outcome["error"] == "RuntimeError", outcome
+    assert f"DataLoader worker (pid {outcome['victim']}) is killed by signal: Killed" in outcome["message"]
+    assert outcome["seconds"] < 30, outcome
+    print(outcome)
+
+
+@pytest.mark.parametrize("mode", ["single", "sharded"])
+def test_writer_killed_mid_shard(tmp_path: Path, mode: str) -> None:
+    """No file under a final name is partial; every shard finished before the kill is whole."""
+    process = subprocess.Popen(
+        [sys.executable, str(FAULTS / "write_shards.py"), str(tmp_path), mode],
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert process.stdout is not None
+    finished = [int(process.stdout.readline()) for _ in range(3)]
+    time.sleep(0.05)  # into the next shard
+    process.kill()
+    process.wait()
+    final = sorted(p for p in tmp_path.iterdir() if not p.name.startswith("."))
+    hidden = sorted(p for p in tmp_path.iterdir() if p.name.startswith("."))
+    if mode == "single":
+        data = [p for p in final if p.suffix == ".tfrecord"]
+        assert [p.name for p in data][: len(finished)] == [f"part-{s:05d}.tfrecord" for s in finished]
+        for path in data:  # every file under a final name is whole and its index fresh
+            table = tt.load_index(tt.default_index_path(path), data_path=path)
+            ids = [tt.decode_example(r)["id"].item() for r in tt.read_records(path)]
+            assert len(table) == 2000 and ids == list(range(ids[0], ids[0] + 2000))
+    else:
+        assert final == []  # shards are renamed only at close: a killed writer published nothing
+        whole = [p for p in hidden if len(list(tt.read_records(p, on_error="skip"))) == 2000]
+        assert len(whole) >= len(finished)  # finished shards are complete under their temporary names
+    assert any(p.name.startswith(".") and ".tmp-" in p.name for p in hidden)  # the killed shard's remains
