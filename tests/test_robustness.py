@@ -196,7 +196,7 @@ def test_stale_index_after_append(tmp_path: Path) -> None:
 
 def test_stale_index_after_rewrite(tmp_path: Path) -> None:
     path = _indexed(tmp_path, GOOD)
-    path.write_bytes(_framed(GOOD[::-1] + [b"longer"]))  # other records, other sizes
+    path.write_bytes(_framed([*GOOD[::-1], b"longer"]))  # other records, other sizes
     with pytest.raises(tt.StaleIndexError, match=r"entry \d+ .*(overlaps|gap)|ends at byte"):
         tt.IndexedTFRecordDataset(path, spec=SPEC)
 
@@ -239,7 +239,7 @@ def _one_bad_record(
     good: list[bytes] = GOOD,
 ) -> None:
     """Record 3 of 8 is ``bad``: the dataset raises ``error`` naming it; with skip it loses only it."""
-    path = _indexed(tmp_path, good[:BAD_AT] + [bad] + good[BAD_AT + 1 :])
+    path = _indexed(tmp_path, [*good[:BAD_AT], bad, *good[BAD_AT + 1 :]])
     for decoder in ("python", "native"):
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv(tt.native.ENV_VAR, decoder)

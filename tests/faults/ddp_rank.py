@@ -41,12 +41,11 @@ def main() -> None:
         dataset.set_epoch(0)
     loader = DataLoader(dataset, batch_size=None, num_workers=2)
     log = (out / f"rank-{rank}.log").open("a")
-    consumed = 0  # batches taken from this loader (after the loaded place)
-    for batch in loader:
+    # consumed: batches taken from this loader (after the loaded place)
+    for consumed, batch in enumerate(loader, start=1):
         step = torch.tensor([float(batch["id"].sum())])
         dist.all_reduce(step)  # the ranks move together, as in training
         time.sleep(float(os.environ.get("STEP_SECONDS", "0")))  # the step's compute
-        consumed += 1
         log.write(json.dumps({"ids": batch["id"].tolist(), "run": os.environ["RUN"]}) + "\n")
         log.flush()
         os.fsync(log.fileno())

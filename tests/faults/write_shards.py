@@ -1,4 +1,4 @@
-"""Writes shards of 2,000 Examples each, for ever, printing each finished shard (killed by tests/test_faults.py).
+"""Writes shards of 2,000 Examples, for ever, printing each one finished (tests/test_faults.py kills it).
 
     python write_shards.py DIR sharded|single
 
