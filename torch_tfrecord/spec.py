@@ -185,7 +185,8 @@ class FixedLen:
         """The default as one flat value per element of ``shape`` (None without a default)."""
         if self.default is None:
             return None
-        return self.default * math.prod(self.shape) if len(self.default) == 1 else self.default
+        values: tuple[Any, ...] = self.default
+        return values * math.prod(self.shape) if len(values) == 1 else values
 
     def __repr__(self) -> str:
         default = "" if self.default is None else f", default={_values_repr(self.default)}"
