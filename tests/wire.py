@@ -56,43 +56,33 @@ EXAMPLE_SCHEMA: Schema = {1: _FEATURES}
 SEQUENCE_EXAMPLE_SCHEMA: Schema = {1: _FEATURES, 2: {1: {2: {1: _FEATURE}}}}
 
 
-def cut_short(data: bytes, schema: Schema, start: int = 0, end: int | None = None) -> bool:
-    """Whether a message is cut short: a field whose length (or fixed width) runs past the end of
-    the message that holds it, at any depth of ``schema`` (field number -> submessage schema).
-
-    Only well-formed tags are followed; anything else (groups, bad varints) is not this damage.
-    """
-    end = len(data) if end is None else end
+def _walk(data: bytes, start: int, end: int) -> tuple[list[tuple[int, int, int, int]], str]:
+    """The fields of one message level, and how the level ends: "ok", "cut" (a value runs past
+    ``end``) or "malformed" (a bad varint or wire type)."""
+    out = []
     position = start
     while position < end:
         read = _read_varint(data, position, end)
         if read is None:
-            return False
+            return out, "malformed"
         key, position = read
         field, wire = key >> 3, key & 7
-        if wire == 0:
+        begin = position
+        if wire in (0, 2):
             read = _read_varint(data, position, end)
             if read is None:
-                return False
+                return out, "malformed"
             position = read[1]
+            if wire == 2:
+                begin, position = position, position + read[0]
         elif wire in (1, 5):
             position += 8 if wire == 1 else 4
-            if position > end:
-                return True
-        elif wire == 2:
-            read = _read_varint(data, position, end)
-            if read is None:
-                return False
-            length, position = read
-            if position + length > end:
-                return True
-            inner = schema.get(field)
-            if inner is not None and cut_short(data, inner, position, position + length):
-                return True
-            position += length
-        else:
-            return False
-    return False
+        elif wire not in (3, 4):
+            return out, "malformed"
+        if position > end:
+            return out, "cut"
+        out.append((field, wire, begin, position))
+    return out, "ok"
 
 
 def fields(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int]] | None:
@@ -101,32 +91,20 @@ def fields(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[in
     For varints the span is the varint; for groups (wire types 3 and 4) it is empty. None when
     the level is malformed (a bad varint, or a value that runs past ``end``).
     """
-    end = len(data) if end is None else end
-    out = []
-    position = start
-    while position < end:
-        read = _read_varint(data, position, end)
-        if read is None:
-            return None
-        key, position = read
-        field, wire = key >> 3, key & 7
-        begin = position
-        if wire == 0:
-            read = _read_varint(data, position, end)
-            if read is None:
-                return None
-            position = read[1]
-        elif wire in (1, 5):
-            position += 8 if wire == 1 else 4
-        elif wire == 2:
-            read = _read_varint(data, position, end)
-            if read is None:
-                return None
-            length, begin = read
-            position = begin + length
-        elif wire not in (3, 4):
-            return None
-        if position > end:
-            return None
-        out.append((field, wire, begin, position))
-    return out
+    out, status = _walk(data, start, len(data) if end is None else end)
+    return out if status == "ok" else None
+
+
+def cut_short(data: bytes, schema: Schema, start: int = 0, end: int | None = None) -> bool:
+    """Whether a message is cut short: a field whose length (or fixed width) runs past the end of
+    the message that holds it, at any depth of ``schema`` (field number -> submessage schema).
+
+    Only well-formed tags are followed; anything else (groups, bad varints) is not this damage.
+    """
+    out, status = _walk(data, start, len(data) if end is None else end)
+    if status == "cut":
+        return True
+    return any(
+        wire == 2 and schema.get(field) is not None and cut_short(data, schema[field] or {}, begin, stop)
+        for field, wire, begin, stop in out
+    )
