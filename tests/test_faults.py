@@ -130,7 +130,14 @@ def test_worker_killed_gives_a_clear_error_not_a_hang(id_shards: Callable[..., l
     )
     outcome = json.loads(result.stdout.decode().splitlines()[-1])
     assert outcome["error"] == "RuntimeError", outcome
-    assert f"DataLoader worker (pid {outcome['victim']}) is killed by signal: Killed" in outcome["message"]
+    # Which of PyTorch's two checks notices first varies: the SIGCHLD handler, or the data queue.
+    victim = outcome["victim"]
+    assert outcome["message"].startswith(
+        (
+            f"DataLoader worker (pid {victim}) is killed by signal: Killed",
+            f"DataLoader worker (pid(s) {victim}) exited",
+        )
+    ), outcome
     assert outcome["seconds"] < 30, outcome
     print(outcome)
 
