@@ -129,15 +129,19 @@ def test_worker_killed_gives_a_clear_error_not_a_hang(id_shards: Callable[..., l
         check=True,
     )
     outcome = json.loads(result.stdout.decode().splitlines()[-1])
-    assert outcome["error"] == "RuntimeError", outcome
-    # Which of PyTorch's two checks notices first varies: the SIGCHLD handler, or the data queue.
+    # Which of PyTorch's checks notices first varies: the SIGCHLD handler, or the data queue. When
+    # the killed worker had a batch in flight, torch's fd passing fails to fetch its memory from
+    # the dead process first: ConnectionResetError or EOFError (about 1 run in 4 here).
     victim = outcome["victim"]
-    assert outcome["message"].startswith(
-        (
-            f"DataLoader worker (pid {victim}) is killed by signal: Killed",
-            f"DataLoader worker (pid(s) {victim}) exited",
-        )
-    ), outcome
+    if outcome["error"] == "RuntimeError":
+        assert outcome["message"].startswith(
+            (
+                f"DataLoader worker (pid {victim}) is killed by signal",
+                f"DataLoader worker (pid(s) {victim}) exited",
+            )
+        ), outcome
+    else:
+        assert outcome["error"] in ("ConnectionResetError", "EOFError"), outcome
     assert outcome["seconds"] < 30, outcome
     print(outcome)
 

@@ -28,16 +28,22 @@ def main() -> None:
     victim = iterator._workers[0].pid  # type: ignore[attr-defined]
     started = time.monotonic()
     batches = 0
+    outcome: dict[str, object] = {"error": None}
     try:
-        os.kill(victim, signal.SIGKILL)
-        for _ in iterator:
-            batches += 1
-            time.sleep(0.01)
-        outcome = {"error": None}
-    except RuntimeError as error:
-        outcome = {"error": type(error).__name__, "message": str(error)}
+        try:
+            os.kill(victim, signal.SIGKILL)
+            for _ in iterator:
+                batches += 1
+                time.sleep(0.01)
+        except Exception as error:
+            outcome = {"error": type(error).__name__, "message": str(error)}
+            # PyTorch's SIGCHLD handler raises again for every worker that ends from here on.
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    except Exception:  # raised again by that handler while the first error was being handled
+        pass
     outcome.update(victim=victim, seconds=time.monotonic() - started, batches_after_kill=batches)
     print(json.dumps(outcome), flush=True)
+    os._exit(0)  # no loader teardown: the other worker's watchdog ends it once this process is gone
 
 
 if __name__ == "__main__":
