@@ -4,7 +4,7 @@ tests/data/make_tf_differential.py made the records from the fuzz corpora and pa
 tf.io.parse_example (three specs) and tf.io.parse_single_sequence_example (one). Every record
 must get the same answer from us, with each decoder: the same values (floats bit for bit), or a
 rejection (a TFRecordError) where TensorFlow raised. Deliberate differences are listed in
-docs/robustness.md and in DIFFERENCES below, each checked to be exactly that.
+docs/robustness.md and recognised by _difference below, each checked on the record itself.
 """
 
 from __future__ import annotations

@@ -145,10 +145,8 @@ def _values_repr(values: tuple[Any, ...]) -> str:
 
 
 def _same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):  # NaN is one value, -0.0 another than 0.0
-        equal = a == b or (math.isnan(a) and math.isnan(b))
-        return equal and math.copysign(1, a) == math.copysign(1, b)
-    return bool(type(a) is type(b) and a == b)
+    # Float defaults are canonical (one NaN object, no -0.0), so identity settles NaN.
+    return bool(type(a) is type(b) and (a is b or a == b))
 
 
 @dataclasses.dataclass(frozen=True)
