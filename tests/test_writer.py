@@ -99,6 +99,29 @@ def test_killed_writer_leaves_no_file_under_final_name(tmp_path: Path) -> None:
     assert not (tmp_path / "a.tfrecord.idx").exists()
 
 
+def test_index_is_in_place_before_its_file_and_gone_if_the_file_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file under its final name always has its index: the index is published first."""
+    path = tmp_path / "a.tfrecord"
+    seen_at_rename = []
+    real_replace = os.replace
+
+    def replace(source: str, target: str) -> None:
+        if target == str(path):
+            seen_at_rename.append((tmp_path / "a.tfrecord.idx").exists())
+            raise OSError("disk gone")
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", replace)
+    writer = RecordWriter(path)
+    writer.write(b"payload")
+    with pytest.raises(OSError, match="disk gone"):
+        writer.close()
+    assert seen_at_rename == [True]  # the index was there before the data's rename
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # and nothing is left when it fails
+
+
 def test_replacing_without_index_removes_the_stale_index(tmp_path: Path) -> None:
     path = tmp_path / "a.tfrecord"
     with RecordWriter(path) as writer:

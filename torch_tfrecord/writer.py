@@ -180,19 +180,27 @@ class RecordWriter:
             self._state = "finished"
 
     def _publish(self, path: str) -> None:
-        """Renames the finished temporary file to ``path`` and writes or removes its index."""
+        """Renames the finished temporary file to ``path``, its index first.
+
+        The index is written (or a stale one removed) before the data is renamed, so a file
+        under its final name always has its index beside it, even if the process dies between
+        the two steps: then the index stands alone, or beside the file it was to replace, where
+        it is a StaleIndexError on reading, never a silent misread.
+        """
+        index_path = default_index_path(path)
         try:
+            if self._write_index:
+                save_index(index_from_sizes(self._framed_sizes), index_path)
+            elif os.path.exists(index_path):
+                logger.info("removing %s: it described the file %s replaces", index_path, path)
+                remove_quietly(index_path)
             os.replace(self._temporary, path)
         except BaseException:
+            if self._write_index:  # it describes data that did not arrive
+                remove_quietly(index_path)
             self.abort()
             raise
         self._state = "closed"
-        index_path = default_index_path(path)
-        if self._write_index:
-            save_index(index_from_sizes(self._framed_sizes), index_path)
-        elif os.path.exists(index_path):
-            logger.info("removing %s: it described the file %s replaced", index_path, path)
-            remove_quietly(index_path)
 
 
 class ExampleWriter(RecordWriter):
