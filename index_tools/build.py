@@ -9,9 +9,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Literal
 
+from torch_tfrecord import remote
 from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
 from torch_tfrecord.index import build_index, default_index_path, load_index, save_index
-from torch_tfrecord.io import PathLike, file_size
+from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join
 
 __all__ = ["BuildResult", "IndexCheck", "build_indexes", "index_path_for", "index_status"]
 
@@ -43,10 +44,11 @@ class BuildResult:
 
 
 def index_path_for(path: PathLike, out_dir: PathLike | None = None) -> str:
-    """Where the index of ``path`` goes: beside it, or in ``out_dir`` under the same base name."""
+    """Where the index of ``path`` goes: beside it, or in ``out_dir`` under the same base name
+    (either may be a URL)."""
     if out_dir is None:
         return default_index_path(path)
-    return os.path.join(os.fspath(out_dir), os.path.basename(os.fspath(path)) + ".idx")
+    return join(os.fspath(out_dir), os.path.basename(os.fspath(path)) + ".idx")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +66,12 @@ class IndexCheck:
     records: int = 0
 
 
-def index_status(path: PathLike, index_path: PathLike) -> IndexCheck:
+def index_status(path: PathLike, index_path: PathLike, storage_options: StorageOptions = None) -> IndexCheck:
     """Checks ``index_path`` against the data file ``path``."""
-    if not os.path.exists(index_path):
+    if not exists(index_path, storage_options):
         return IndexCheck("missing", f"no index at {os.fspath(index_path)!r}")
     try:
-        table = load_index(index_path, data_path=path)
+        table = load_index(index_path, data_path=path, storage_options=storage_options)
     except StaleIndexError as error:
         return IndexCheck("stale", str(error))
     except (IndexFormatError, OSError) as error:
@@ -77,17 +79,19 @@ def index_status(path: PathLike, index_path: PathLike) -> IndexCheck:
     return IndexCheck("fresh", f"{len(table)} records", len(table))
 
 
-def _build_one(path: str, index_path: str, force: bool, verify_crc: bool) -> BuildResult:
+def _build_one(
+    path: str, index_path: str, force: bool, verify_crc: bool, storage_options: StorageOptions
+) -> BuildResult:
     start = time.perf_counter()
     try:
-        size = file_size(path)
+        size = file_size(path, storage_options)
         if not force:
-            check = index_status(path, index_path)
+            check = index_status(path, index_path, storage_options)
             if check.state == "fresh":
                 seconds = time.perf_counter() - start
                 return BuildResult(path, index_path, "fresh", check.records, size, seconds)
-        table = build_index(path, verify_crc=verify_crc)
-        save_index(table, index_path)
+        table = build_index(path, verify_crc=verify_crc, storage_options=storage_options)
+        save_index(table, index_path, storage_options)
     except (TFRecordError, OSError) as error:
         return BuildResult(path, index_path, "failed", 0, 0, time.perf_counter() - start, str(error))
     return BuildResult(path, index_path, "built", len(table), size, time.perf_counter() - start)
@@ -101,18 +105,20 @@ def build_indexes(
     verify_crc: bool = False,
     out_dir: PathLike | None = None,
     on_result: Callable[[BuildResult], None] | None = None,
+    storage_options: StorageOptions = None,
 ) -> list[BuildResult]:
     """Builds the index of every file, in parallel processes.
 
     A file that fails is reported in its result; the others still finish.
 
     Args:
-        paths: uncompressed TFRecord files.
+        paths: uncompressed TFRecord files (paths or URLs).
         jobs: worker processes (default: the number of CPUs; 1 runs in this process).
         force: rebuild indexes that are already fresh.
         verify_crc: also check every payload CRC while building.
-        out_dir: write indexes there instead of beside the data.
+        out_dir: write indexes there instead of beside the data (a directory or URL prefix).
         on_result: called with each result as it completes (e.g. to advance a progress bar).
+        storage_options: for the fsspec file system of URLs.
 
     Returns:
         One result per path, in the order of ``paths``.
@@ -128,18 +134,21 @@ def build_indexes(
             raise ValueError(f"{seen[index_path]!r} and {name!r} would both write {index_path!r}")
         seen[index_path] = name
     if out_dir is not None:
-        os.makedirs(out_dir, exist_ok=True)
+        if is_url(os.fspath(out_dir)):
+            remote.make_dirs(os.fspath(out_dir), storage_options)
+        else:
+            os.makedirs(out_dir, exist_ok=True)
     jobs = min(jobs or os.cpu_count() or 1, max(len(names), 1))
     results: dict[int, BuildResult] = {}
     if jobs <= 1:
         for i, (name, index_path) in enumerate(zip(names, index_paths)):
-            results[i] = _build_one(name, index_path, force, verify_crc)
+            results[i] = _build_one(name, index_path, force, verify_crc, storage_options)
             if on_result is not None:
                 on_result(results[i])
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = {
-                pool.submit(_build_one, name, index_path, force, verify_crc): i
+                pool.submit(_build_one, name, index_path, force, verify_crc, storage_options): i
                 for i, (name, index_path) in enumerate(zip(names, index_paths))
             }
             for future in as_completed(futures):

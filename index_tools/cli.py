@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from torch_tfrecord._cli import add_storage_options, storage_options
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.index import load_index
 from torch_tfrecord.io import expand_sources
@@ -36,7 +37,8 @@ def _progress(total: int, enabled: bool) -> Any:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    paths = expand_sources(args.paths)
+    options = storage_options(args)
+    paths = expand_sources(args.paths, options)
     bar = _progress(len(paths), not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()
 
@@ -58,6 +60,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             verify_crc=args.verify_crc,
             out_dir=args.out_dir,
             on_result=on_result,
+            storage_options=options,
         )
     finally:
         if bar is not None:
@@ -78,8 +81,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
-    for path in expand_sources(args.paths):
-        check = index_status(path, index_path_for(path, args.index_dir))
+    options = storage_options(args)
+    for path in expand_sources(args.paths, options):
+        check = index_status(path, index_path_for(path, args.index_dir), options)
         if check.state != "fresh":
             bad += 1
         if check.state != "fresh" or not args.quiet:
@@ -92,9 +96,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     print(f"{'records':>12} {'bytes':>14} {'min':>9} {'mean':>11} {'max':>11}  file")
     totals: list[np.ndarray[Any, Any]] = []
     failed = 0
-    for path in expand_sources(args.paths):
+    options = storage_options(args)
+    for path in expand_sources(args.paths, options):
         try:
-            table = load_index(index_path_for(path, args.index_dir), data_path=path)
+            table = load_index(index_path_for(path, args.index_dir), data_path=path, storage_options=options)
         except (TFRecordError, OSError) as error:
             print(f"{'-':>12} {'-':>14} {'-':>9} {'-':>11} {'-':>11}  {path}: {error}")
             failed += 1
@@ -126,23 +131,26 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     build = commands.add_parser("build", help="index files (paths, globs or directories)")
-    build.add_argument("paths", nargs="+", help="data files, globs or directories")
+    build.add_argument("paths", nargs="+", help="data files, globs, directories or URLs (s3://...)")
     build.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPUs)")
     build.add_argument("--force", action="store_true", help="rebuild indexes that are already fresh")
     build.add_argument("--verify-crc", action="store_true", help="also check every payload's CRC")
-    build.add_argument("--out-dir", help="write indexes here instead of beside the data")
+    build.add_argument("--out-dir", help="write indexes here (a directory or URL) instead of beside the data")
     build.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_storage_options(build)
     build.set_defaults(run=_cmd_build)
 
     check = commands.add_parser("check", help="report missing or stale indexes (exit 1 if any)")
     check.add_argument("paths", nargs="+")
     check.add_argument("--index-dir", help="look for indexes here instead of beside the data")
     check.add_argument("--quiet", "-q", action="store_true", help="list only the bad ones")
+    add_storage_options(check)
     check.set_defaults(run=_cmd_check)
 
     stats = commands.add_parser("stats", help="records and payload sizes, from the indexes")
     stats.add_argument("paths", nargs="+")
     stats.add_argument("--index-dir", help="look for indexes here instead of beside the data")
+    add_storage_options(stats)
     stats.set_defaults(run=_cmd_stats)
     return parser
 
@@ -152,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status: int = args.run(args)
-    except (TFRecordError, ValueError) as error:
+    except (TFRecordError, ValueError, ImportError) as error:
         print(f"tfrecord-index: error: {error}", file=sys.stderr)
         return 2
     return status

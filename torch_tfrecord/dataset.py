@@ -22,7 +22,7 @@ from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
 from ._resume import Resume, decode_state, encode_state, merge_loader_state
 from .codec import SpecArg
 from .collate import split_batch
-from .io import PathLike
+from .io import PathLike, StorageOptions
 from .order import EpochPlan, Progress, Shuffle, WorkerSlice, merge_progress, mix_seed
 from .reader import OnError
 from .shards import IndexArg, RecordFiles
@@ -81,7 +81,8 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
     ``drop_last=False``, or stands in for a damaged one with ``on_error="skip"``).
 
     Args:
-        sources: files, globs or directories (sorted, so every rank sees the same list).
+        sources: files, globs, directories or URLs such as ``"s3://bucket/train-*.tfrecord"``
+            (sorted, so every rank sees the same list).
         spec: feature specs (see :func:`decode_batch`); None decodes every feature as VarLen.
         index: where the indexes are: None (``<path>.idx`` when it exists, which must be fresh,
             else the file is scanned once in memory), a pattern like ``"/idx/{name}.idx"``, a
@@ -99,6 +100,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         on_error: "raise", or "skip": a damaged record is logged and replaced by another record
             of its batch, marked ``_padding``, so counts stay equal.
         verify_crc: check every record's CRCs.
+        storage_options: for the fsspec file system of URLs (credentials, endpoint ...). Over
+            remote storage, ``shuffle="shards"`` reads each shard front to back with read-ahead
+            (few large requests); ``"global"`` makes about one request per record.
 
     Example:
         >>> ds = TFRecordDataset("train-*.tfrecord", spec={"label": "int"}, batch_size=256)  # doctest: +SKIP
@@ -123,8 +127,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         world_size: int | None = None,
         on_error: OnError = "raise",
         verify_crc: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
-        self.files = RecordFiles.from_sources(sources, index)
+        self.files = RecordFiles.from_sources(sources, index, storage_options)
         found_rank, found_size = resolve_world(rank, world_size)
         self.plan = EpochPlan(
             self.files.shard_sizes,
@@ -330,7 +335,7 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
     Files open lazily in the process that reads; pickling never carries an open file.
 
     Args:
-        sources, spec, index, verify_crc: as for :class:`TFRecordDataset`.
+        sources, spec, index, verify_crc, storage_options: as for :class:`TFRecordDataset`.
         transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
         seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
 
@@ -349,8 +354,9 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
         transform: Callable[..., Any] | None = None,
         seed: int = 0,
         verify_crc: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
-        self.files = RecordFiles.from_sources(sources, index)
+        self.files = RecordFiles.from_sources(sources, index, storage_options)
         self.seed = seed
         self._decoder = BatchDecoder(
             self.files, normalize_spec(spec), verify_crc=verify_crc, on_error="raise"

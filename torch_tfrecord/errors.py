@@ -15,6 +15,7 @@ __all__ = [
     "FeatureTypeError",
     "IndexFormatError",
     "MissingFeatureError",
+    "RemoteIOError",
     "SourceNotFoundError",
     "SpecError",
     "StaleIndexError",
@@ -65,6 +66,11 @@ class CompressedIndexError(TFRecordError, ValueError):
 
 class SourceNotFoundError(TFRecordError, FileNotFoundError):
     """A path, glob or directory given as a source names no file."""
+
+
+class RemoteIOError(TFRecordError, OSError):
+    """Remote storage failed: a permission error, or a transient failure that outlasted every
+    retry. The message names the URL and the byte range or operation."""
 
 
 class SpecError(TFRecordError, ValueError, TypeError):

@@ -14,10 +14,20 @@ import warnings
 import numpy as np
 import numpy.typing as npt
 
+from . import remote
 from ._atomic import atomic_write
 from .errors import IndexFormatError, StaleIndexError
 from .framing import FRAME_OVERHEAD
-from .io import PathLike, file_size, open_binary, resolve_compression
+from .io import (
+    PathLike,
+    StorageOptions,
+    exists,
+    file_size,
+    is_url,
+    local_path,
+    open_binary,
+    resolve_compression,
+)
 from .reader import read_framed_sizes, read_records
 
 __all__ = [
@@ -44,12 +54,15 @@ def default_index_path(path: PathLike) -> str:
     return os.fspath(path) + INDEX_SUFFIX
 
 
-def build_index(path: PathLike, *, verify_crc: bool = False) -> npt.NDArray[np.int64]:
+def build_index(
+    path: PathLike, *, verify_crc: bool = False, storage_options: StorageOptions = None
+) -> npt.NDArray[np.int64]:
     """Scans an uncompressed TFRecord file: the ``(offset, framed_size)`` of every record.
 
     Args:
         path: the data file.
         verify_crc: also read and check every payload (otherwise only headers are read).
+        storage_options: for the fsspec file system when ``path`` is a URL.
 
     Returns:
         An int64 array of shape ``(n, 2)``.
@@ -62,7 +75,7 @@ def build_index(path: PathLike, *, verify_crc: bool = False) -> npt.NDArray[np.i
         >>> table = build_index("train-00000-of-00008.tfrecord")  # doctest: +SKIP
         >>> save_index(table, default_index_path("train-00000-of-00008.tfrecord"))  # doctest: +SKIP
     """
-    return index_from_sizes(read_framed_sizes(path, verify_crc=verify_crc))
+    return index_from_sizes(read_framed_sizes(path, verify_crc=verify_crc, storage_options=storage_options))
 
 
 def index_from_sizes(framed_sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -115,24 +128,33 @@ def _encode_block(rows: npt.NDArray[np.int64]) -> bytes:
     return chars[keep].tobytes()
 
 
-def save_index(table: npt.ArrayLike, index_path: PathLike) -> None:
-    """Writes an index file atomically (a temporary file renamed into place).
+def save_index(table: npt.ArrayLike, index_path: PathLike, storage_options: StorageOptions = None) -> None:
+    """Writes an index file atomically (a temporary file renamed into place; one request
+    for a URL, which object stores make visible whole or not at all).
 
     Args:
         table: ``(offset, framed_size)`` rows.
         index_path: where to write it.
+        storage_options: for the fsspec file system when ``index_path`` is a URL.
     """
-    with atomic_write(index_path) as f:
-        f.write(encode_index(table))
+    data = encode_index(table)
+    if is_url(os.fspath(index_path)):
+        remote.write_bytes(os.fspath(index_path), data, storage_options)
+        return
+    with atomic_write(local_path(index_path)) as f:
+        f.write(data)
 
 
-def load_index(index_path: PathLike, *, data_path: PathLike | None = None) -> npt.NDArray[np.int64]:
+def load_index(
+    index_path: PathLike, *, data_path: PathLike | None = None, storage_options: StorageOptions = None
+) -> npt.NDArray[np.int64]:
     """Reads an index file into an int64 array of shape ``(n, 2)``.
 
     Args:
         index_path: the index file.
         data_path: the data file it describes; when given, the index is checked against it
             with :func:`check_index`.
+        storage_options: for the fsspec file system of URLs.
 
     Returns:
         The ``(offset, framed_size)`` rows.
@@ -141,11 +163,15 @@ def load_index(index_path: PathLike, *, data_path: PathLike | None = None) -> np
         IndexFormatError: a line is not two non-negative integers.
         StaleIndexError: with ``data_path``, the index does not describe that file.
     """
-    with open_binary(index_path) as f:
-        data = f.read()
+    name = os.fspath(index_path)
+    if is_url(name):
+        data = remote.read_bytes(name, storage_options)
+    else:
+        with open_binary(name) as f:
+            data = f.read()
     table = decode_index(data, index_path)
     if data_path is not None:
-        check_index(table, data_path, index_path)
+        check_index(table, data_path, index_path, storage_options=storage_options)
     return table
 
 
@@ -189,16 +215,27 @@ def _decode_index_strict(data: bytes, index_path: PathLike) -> npt.NDArray[np.in
     return np.array(rows, dtype=np.int64).reshape(-1, 2)
 
 
-def check_index(table: npt.NDArray[np.int64], data_path: PathLike, index_path: PathLike) -> None:
+def check_index(
+    table: npt.NDArray[np.int64],
+    data_path: PathLike,
+    index_path: PathLike,
+    *,
+    size: int | None = None,
+    storage_options: StorageOptions = None,
+) -> None:
     """Checks that an index describes its data file, record after record.
 
     The records must start at byte 0, follow one another with no gap or overlap, each be at
     least 16 bytes, and end exactly at the end of the file.
 
+    Args:
+        size: the data file's size, when known (else it is looked up).
+
     Raises:
         StaleIndexError: naming both files and the first entry that does not fit.
     """
-    size = file_size(data_path)
+    if size is None:
+        size = file_size(data_path, storage_options)
     where = f"index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
     n = len(table)
     if n == 0:
@@ -233,7 +270,9 @@ def check_index(table: npt.NDArray[np.int64], data_path: PathLike, index_path: P
         )
 
 
-def count_records(path: PathLike, *, index_path: PathLike | None = None) -> int:
+def count_records(
+    path: PathLike, *, index_path: PathLike | None = None, storage_options: StorageOptions = None
+) -> int:
     """Number of records in a TFRecord file.
 
     Uses the index when one exists and is fresh, else walks the record headers (uncompressed
@@ -243,11 +282,11 @@ def count_records(path: PathLike, *, index_path: PathLike | None = None) -> int:
         CorruptRecordError, TruncatedRecordError: the framing is damaged.
     """
     index_path = default_index_path(path) if index_path is None else index_path
-    if os.path.exists(index_path):
+    if exists(index_path, storage_options):
         try:
-            return len(load_index(index_path, data_path=path))
+            return len(load_index(index_path, data_path=path, storage_options=storage_options))
         except (StaleIndexError, IndexFormatError):
             pass  # counted from the data below; the stale index is reported by `check`
-    if resolve_compression("auto", path) is None:
-        return len(read_framed_sizes(path))
-    return sum(1 for _ in read_records(path, verify_crc=False))
+    if resolve_compression("auto", path, storage_options) is None:
+        return len(read_framed_sizes(path, storage_options=storage_options))
+    return sum(1 for _ in read_records(path, verify_crc=False, storage_options=storage_options))

@@ -1,7 +1,9 @@
-"""Opening TFRecord files: paths, compression detection and decompressing streams.
+"""Opening TFRecord files: paths and URLs, compression detection and decompressing streams.
 
-Everything that touches a file handle starts here, so other storage (fsspec URLs) plugs in at
-one place. Compressed files are read as streams: GZIP and ZLIB wrap the whole file, framing
+Everything that touches a file starts here. Local paths (and ``file://`` URLs) use the
+operating system directly; any other URL (``s3://``, ``gs://``, ``https://``, ``memory://``)
+goes through fsspec (:mod:`torch_tfrecord.remote`), with ``storage_options`` passed to its file
+system. Compressed files are read as streams: GZIP and ZLIB wrap the whole file, framing
 included, so their byte offsets are offsets into the decompressed stream.
 """
 
@@ -15,15 +17,22 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO, Literal
 
+from . import remote
 from .errors import SourceNotFoundError
 from .framing import header_is_valid
+from .remote import StorageOptions, is_url
 
 __all__ = [
     "Compression",
     "PathLike",
+    "StorageOptions",
     "detect_compression",
+    "exists",
     "expand_sources",
     "file_size",
+    "is_url",
+    "join",
+    "local_path",
     "open_binary",
     "open_records_stream",
     "resolve_compression",
@@ -66,7 +75,28 @@ def detect_compression(head: bytes, path: PathLike = "") -> Compression:
     return _SUFFIXES.get(os.path.splitext(os.fspath(path))[1].lower())
 
 
-def resolve_compression(compression: CompressionArg, path: PathLike) -> Compression:
+def local_path(path: PathLike) -> str:
+    """The path as a string, without a ``file://`` prefix."""
+    name = os.fspath(path)
+    return name[len("file://") :] if name.startswith("file://") else name
+
+
+def join(directory: str, name: str) -> str:
+    """``directory/name`` for a local directory or a URL prefix."""
+    return directory.rstrip("/") + "/" + name if is_url(directory) else os.path.join(directory, name)
+
+
+def exists(path: PathLike, storage_options: StorageOptions = None) -> bool:
+    """Whether a file exists at ``path``."""
+    name = os.fspath(path)
+    if is_url(name):
+        return remote.exists(name, storage_options)
+    return os.path.exists(local_path(name))
+
+
+def resolve_compression(
+    compression: CompressionArg, path: PathLike, storage_options: StorageOptions = None
+) -> Compression:
     """Turns a ``compression=`` argument into the compression of the file at ``path``.
 
     Raises:
@@ -76,9 +106,14 @@ def resolve_compression(compression: CompressionArg, path: PathLike) -> Compress
         return compression  # type: ignore[return-value]
     if compression != "auto":
         raise ValueError(f"{compression=} must be 'auto', 'gzip', 'zlib' or None")
-    with open_binary(path) as f:
-        head = f.read(16)
-    return detect_compression(head, path)
+    name = os.fspath(path)
+    if is_url(name):
+        fs, inner = remote.filesystem(name, storage_options)
+        head = remote.retrying(lambda: fs.cat_file(inner, start=0, end=16), name, "reading the first bytes")
+    else:
+        with open_binary(name) as f:
+            head = f.read(16)
+    return detect_compression(head, name)
 
 
 def _is_data_file(name: str) -> bool:
@@ -86,14 +121,18 @@ def _is_data_file(name: str) -> bool:
     return not base.startswith(".") and not base.endswith(".idx")
 
 
-def expand_sources(sources: PathLike | Iterable[PathLike]) -> list[str]:
+def expand_sources(
+    sources: PathLike | Iterable[PathLike], storage_options: StorageOptions = None
+) -> list[str]:
     """Turns paths, globs and directories into a sorted list of data files.
 
     A directory stands for the files directly in it; a glob (``*``, ``?``, ``[``, ``**``)
     for the files it matches. Index files (``.idx``) and hidden files are left out of both.
+    URLs expand on their file system (``s3://bucket/train-*.tfrecord``, a bucket prefix).
 
     Args:
         sources: one source or several.
+        storage_options: for the file system of URLs.
 
     Returns:
         The files, sorted and without duplicates, so every process sees the same list.
@@ -104,8 +143,14 @@ def expand_sources(sources: PathLike | Iterable[PathLike]) -> list[str]:
     items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
     found: set[str] = set()
     for item in items:
-        name = os.fspath(item)
-        if os.path.isdir(name):
+        name = local_path(item)
+        if is_url(name):
+            listed, kind = remote.expand(name, storage_options)
+            matches = [m for m in listed if _is_data_file(m)]
+            what = {"glob": "glob matches no data file", "directory": "directory holds no data file"}.get(
+                kind, ""
+            )
+        elif os.path.isdir(name):
             matches = [
                 os.path.join(name, entry)
                 for entry in os.listdir(name)
@@ -126,22 +171,30 @@ def expand_sources(sources: PathLike | Iterable[PathLike]) -> list[str]:
     return sorted(found)
 
 
-def file_size(path: PathLike) -> int:
+def file_size(path: PathLike, storage_options: StorageOptions = None) -> int:
     """Size of the file at ``path`` in bytes."""
+    name = os.fspath(path)
+    if is_url(name):
+        return int(remote.file_info(name, storage_options)["size"])
     try:
-        return os.stat(path).st_size
+        return os.stat(local_path(name)).st_size
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such file: {os.fspath(path)!r}") from None
 
 
-def open_binary(path: PathLike) -> BinaryIO:
+def open_binary(path: PathLike, storage_options: StorageOptions = None) -> BinaryIO:
     """Opens a file for reading, unbuffered; a missing file is a :class:`SourceNotFoundError`.
+
+    A URL opens as a stream of ranged requests with read-ahead (:meth:`remote.RemoteFile.stream`).
 
     Raises:
         SourceNotFoundError: no file at ``path`` (also a FileNotFoundError).
     """
+    name = os.fspath(path)
+    if is_url(name):
+        return remote.RemoteFile(name, file_size(name, storage_options), storage_options).stream()
     try:
-        return open(path, "rb", buffering=0)
+        return open(local_path(name), "rb", buffering=0)
     except FileNotFoundError:
         raise SourceNotFoundError(f"no such file: {os.fspath(path)!r}") from None
 
@@ -205,17 +258,20 @@ class _DecompressingReader(io.RawIOBase):
 
 
 @contextmanager
-def open_records_stream(path: PathLike, compression: Compression) -> Iterator[BinaryIO]:
+def open_records_stream(
+    path: PathLike, compression: Compression, storage_options: StorageOptions = None
+) -> Iterator[BinaryIO]:
     """Opens ``path`` for reading its (decompressed) record stream.
 
     Args:
-        path: a local file path.
+        path: a local file path or a URL.
         compression: as returned by :func:`resolve_compression`.
+        storage_options: for the file system of a URL.
 
     Yields:
         A binary stream positioned at the start of the (uncompressed) records.
     """
-    raw = open_binary(path)
+    raw = open_binary(path, storage_options)
     stream: BinaryIO = (
         raw if compression is None else _DecompressingReader(raw, compression)  # type: ignore[assignment]
     )

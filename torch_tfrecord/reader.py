@@ -14,8 +14,8 @@ import os
 import struct
 import zlib
 from array import array
-from collections.abc import Iterator, Sequence
-from typing import BinaryIO, Literal
+from collections.abc import Iterable, Iterator, Sequence
+from typing import BinaryIO, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -28,7 +28,14 @@ from .errors import (
     TruncatedRecordError,
 )
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, MASK_DELTA, crc32c
-from .io import CompressionArg, PathLike, file_size, open_records_stream, resolve_compression
+from .io import (
+    CompressionArg,
+    PathLike,
+    StorageOptions,
+    file_size,
+    open_records_stream,
+    resolve_compression,
+)
 
 __all__ = ["OnError", "ReadStats", "read_entries_at", "read_framed_sizes", "read_records"]
 
@@ -298,6 +305,7 @@ def read_records(
     record_numbers: Sequence[int] | npt.ArrayLike | None = None,
     byte_range: tuple[int, int] | None = None,
     stats: ReadStats | None = None,
+    storage_options: StorageOptions = None,
 ) -> Iterator[bytes]:
     """Yields the payload of each record of a TFRecord file, as ``bytes``.
 
@@ -319,6 +327,7 @@ def read_records(
         byte_range: ``(start, end)``: the records that begin at an offset in ``[start, end)``;
             ``start`` must be the offset of a record (or the file size).
         stats: counters to fill in.
+        storage_options: for the fsspec file system when ``path`` is a URL.
 
     Yields:
         Each record's payload.
@@ -338,16 +347,16 @@ def read_records(
     if entries is not None and byte_range is not None:
         raise ValueError("give entries or byte_range, not both")
     name = str(path)
-    resolved = resolve_compression(compression, path)
+    resolved = resolve_compression(compression, path, storage_options)
     if resolved is not None and (entries is not None or byte_range is not None):
         raise CompressedIndexError(
             f"{name!r} is {resolved.upper()}-compressed: its records can only be read in order, "
             "not by offset; read it whole, or rewrite it uncompressed to read by index"
         )
     if entries is not None:
-        records = _read_entries(name, entries, record_numbers, verify_crc, on_error, stats)
+        records = _read_entries(name, entries, record_numbers, verify_crc, on_error, stats, storage_options)
     else:
-        records = _read_sequential(name, resolved, byte_range, verify_crc, on_error, stats)
+        records = _read_sequential(name, resolved, byte_range, verify_crc, on_error, stats, storage_options)
     # Counting costs a generator frame per record: only when stats are asked for.
     return records if stats is None else _counted(records, stats)
 
@@ -359,8 +368,9 @@ def _read_sequential(
     verify_crc: bool,
     on_error: OnError,
     stats: ReadStats | None,
+    storage_options: StorageOptions,
 ) -> Iterator[bytes]:
-    size = file_size(path) if compression is None else None
+    size = file_size(path, storage_options) if compression is None else None
     start, end = 0, None
     if byte_range is not None:
         start, end = byte_range
@@ -369,7 +379,7 @@ def _read_sequential(
         if size is not None and start > size:
             raise ValueError(f"{byte_range=} starts past the end of {path!r} ({size} bytes)")
     span = _Span(path, start, end, size, first_record=0 if start == 0 else None)
-    with open_records_stream(path, compression) as stream:  # type: ignore[arg-type]
+    with open_records_stream(path, compression, storage_options) as stream:  # type: ignore[arg-type]
         if start:
             stream.seek(start)
         try:
@@ -387,6 +397,7 @@ def _read_entries(
     verify_crc: bool,
     on_error: OnError,
     stats: ReadStats | None,
+    storage_options: StorageOptions,
 ) -> Iterator[bytes]:
     table = _as_entries(entries, path)
     numbers = (
@@ -396,8 +407,8 @@ def _read_entries(
     )
     if len(numbers) != len(table):
         raise ValueError(f"{len(numbers)} record_numbers for {len(table)} entries")
-    size = file_size(path)
-    with open_records_stream(path, None) as stream:
+    size = file_size(path, storage_options)
+    with open_records_stream(path, None, storage_options) as stream:
         for first, stop in _coalesce(table, numbers):
             while first < stop:
                 try:
@@ -442,8 +453,14 @@ def _read_run(
         position += 1
 
 
+class RangeSource(Protocol):
+    """Reads byte ranges of one file: a remote file (:class:`torch_tfrecord.remote.RemoteFile`)."""
+
+    def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]: ...
+
+
 def read_entries_at(
-    fd: int,
+    source: int | RangeSource,
     path: str,
     size: int,
     entries: npt.NDArray[np.int64],
@@ -455,10 +472,11 @@ def read_entries_at(
 
     The random-access path of the datasets: no seek state (safe to share a descriptor), one
     ``pread`` per run of back-to-back entries, bounded by the entries themselves (the caller
-    reads a batch at a time).
+    reads a batch at a time). A remote file gets all runs in one call, which merges
+    neighbouring runs into one request and sends the requests concurrently.
 
     Args:
-        fd: an open file descriptor of ``path``.
+        source: an open file descriptor of ``path``, or a remote file's range reader.
         path: the file's name, for error messages.
         size: the file's size; an entry past it is a stale index.
         entries: ``(offset, framed_size)`` rows, in the order wanted.
@@ -479,11 +497,16 @@ def read_entries_at(
         raise _past_end_error(path, size, entries, record_numbers, bad)
     # Plain Python ints from here: numpy scalar access would cost more than the read itself.
     offsets, framed_sizes, numbers = entries[:, 0].tolist(), entries[:, 1].tolist(), record_numbers.tolist()
-    unpack_header, unpack_footer, pread = _HEADER.unpack_from, _FOOTER.unpack_from, os.pread
+    unpack_header, unpack_footer = _HEADER.unpack_from, _FOOTER.unpack_from
     runs = [0, *(np.flatnonzero((entries[1:, 0] != ends[:-1]) | (np.diff(record_numbers) != 1)) + 1).tolist()]
-    for first, stop in itertools.pairwise([*runs, len(offsets)] if offsets else []):
-        start, run_size = offsets[first], offsets[stop - 1] + framed_sizes[stop - 1] - offsets[first]
-        buffer = pread(fd, run_size, start)
+    bounds = list(itertools.pairwise([*runs, len(offsets)] if offsets else []))
+    run_starts = [offsets[first] for first, _ in bounds]
+    run_sizes = [offsets[stop - 1] + framed_sizes[stop - 1] - offsets[first] for first, stop in bounds]
+    if isinstance(source, int):
+        buffers: Iterable[bytes] = (os.pread(source, n, at) for at, n in zip(run_starts, run_sizes))
+    else:
+        buffers = source.read_ranges(run_starts, run_sizes)
+    for (first, stop), start, run_size, buffer in zip(bounds, run_starts, run_sizes, buffers, strict=True):
         if len(buffer) != run_size:
             raise StaleIndexError(
                 f"{path!r} ended at byte {start + len(buffer)} while reading records "
@@ -557,7 +580,9 @@ def _entry_error(
     )
 
 
-def read_framed_sizes(path: PathLike, *, verify_crc: bool = False) -> npt.NDArray[np.int64]:
+def read_framed_sizes(
+    path: PathLike, *, verify_crc: bool = False, storage_options: StorageOptions = None
+) -> npt.NDArray[np.int64]:
     """Walks the record headers of an uncompressed file: the framed size of each record.
 
     Only the 12-byte headers are read (their length CRCs are always checked), unless
@@ -575,21 +600,21 @@ def read_framed_sizes(path: PathLike, *, verify_crc: bool = False) -> npt.NDArra
         CorruptRecordError, TruncatedRecordError: the framing is damaged.
     """
     name = str(path)
-    compression = resolve_compression("auto", path)
+    compression = resolve_compression("auto", path, storage_options)
     if compression is not None:
         raise CompressedIndexError(
             f"cannot index {name!r}: it is {compression.upper()}-compressed, and byte offsets in a "
             "compressed stream cannot be seeked to. Read it sequentially (no index needed), or "
             "rewrite it uncompressed (torch_tfrecord.RecordWriter) to index and shuffle it"
         )
-    size = file_size(path)
+    size = file_size(path, storage_options)
     if verify_crc:
         sizes = array("q")
         span = _Span(name, 0, None, size, first_record=0)
-        with open_records_stream(path, None) as stream:
+        with open_records_stream(path, None, storage_options) as stream:
             sizes.extend(len(payload) + FRAME_OVERHEAD for payload in _scan(stream, span, True))
         return np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
-    with open_records_stream(path, None) as stream:
+    with open_records_stream(path, None, storage_options) as stream:
         return _walk_headers(stream, name, size)
 
 

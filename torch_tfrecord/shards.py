@@ -20,8 +20,19 @@ import numpy.typing as npt
 
 from .errors import CompressedIndexError, SourceNotFoundError, TFRecordError
 from .index import build_index, check_index, default_index_path, load_index
-from .io import PathLike, expand_sources, file_size, open_binary, resolve_compression
+from .io import (
+    PathLike,
+    StorageOptions,
+    exists,
+    expand_sources,
+    file_size,
+    is_url,
+    join,
+    open_binary,
+    resolve_compression,
+)
 from .reader import OnError, read_entries_at
+from .remote import RemoteFile
 
 __all__ = ["IndexArg", "RecordFiles", "resolve_index"]
 
@@ -48,30 +59,34 @@ def _pattern_path(pattern: str, path: str) -> str:
         ) from None
 
 
-def resolve_index(path: str, index: IndexArg = None) -> npt.NDArray[np.int64]:
+def resolve_index(
+    path: str, index: IndexArg = None, storage_options: StorageOptions = None
+) -> npt.NDArray[np.int64]:
     """The ``(offset, framed_size)`` table of one data file, checked against the file.
 
     Args:
-        path: the data file.
+        path: the data file (a path or URL).
         index: see :data:`IndexArg`.
+        storage_options: for the fsspec file system of URLs.
 
     Raises:
         StaleIndexError: the index does not describe the file (never silently rebuilt).
         CompressedIndexError: the file is compressed, so its records cannot be read by offset.
         SourceNotFoundError: a named index file does not exist.
     """
+    options = storage_options
     if index is None:
         index_path = default_index_path(path)
-        if os.path.exists(index_path):
-            return load_index(index_path, data_path=path)
-        compression = resolve_compression("auto", path)
+        if exists(index_path, options):
+            return load_index(index_path, data_path=path, storage_options=options)
+        compression = resolve_compression("auto", path, options)
         if compression is not None:
             raise CompressedIndexError(
                 f"{path!r} is {compression.upper()}-compressed: the datasets read records by offset, "
                 "which compressed files do not allow; rewrite it uncompressed (e.g. with "
                 "tt.RecordWriter) to use it here"
             )
-        table = build_index(path)
+        table = build_index(path, storage_options=options)
         logger.info(
             "no index for %r: scanned it in memory (%d records); `tfrecord-index build` saves one",
             path,
@@ -82,47 +97,68 @@ def resolve_index(path: str, index: IndexArg = None) -> npt.NDArray[np.int64]:
         index_path = (
             _pattern_path(index, path)
             if "{" in index
-            else os.path.join(index, os.path.basename(default_index_path(path)))
+            else join(index, os.path.basename(default_index_path(path)))
         )
-        return load_index(index_path, data_path=path)
+        return load_index(index_path, data_path=path, storage_options=options)
     if isinstance(index, Mapping):
         entry = index.get(path, index.get(os.path.basename(path)))
         if entry is None:
             raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
         if isinstance(entry, str | os.PathLike):
-            return load_index(entry, data_path=path)
+            return load_index(entry, data_path=path, storage_options=options)
         table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
-        check_index(table, path, "<index mapping>")
+        check_index(table, path, "<index mapping>", storage_options=options)
         return table
     if callable(index):
-        return load_index(index(path), data_path=path)
+        return load_index(index(path), data_path=path, storage_options=options)
     raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
 
 
 class RecordFiles:
     """Shard files and their indexes, read by global record id.
 
+    Local files are read with positional reads on descriptors; URLs through a
+    :class:`~torch_tfrecord.remote.RemoteFile` each (ranged requests, merged and retried).
+
     Args:
-        paths: the data files, in record-id order.
+        paths: the data files (paths or URLs), in record-id order.
         tables: each file's ``(offset, framed_size)`` index table.
+        storage_options: for the fsspec file system of URLs.
     """
 
-    def __init__(self, paths: Sequence[str], tables: Sequence[npt.NDArray[np.int64]]) -> None:
+    def __init__(
+        self,
+        paths: Sequence[str],
+        tables: Sequence[npt.NDArray[np.int64]],
+        storage_options: StorageOptions = None,
+    ) -> None:
         if len(paths) != len(tables):
             raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
         self.paths = list(paths)
+        self.storage_options = dict(storage_options or {})
         self.tables = [np.ascontiguousarray(table, dtype=np.int64).reshape(-1, 2) for table in tables]
-        self.sizes = [file_size(path) for path in self.paths]
+        self.sizes = [file_size(path, self.storage_options) for path in self.paths]
+        self._remote: dict[int, RemoteFile] = {}
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         # Descriptors inherited through a fork stay usable: positional reads share no offset.
         self._files: OrderedDict[int, int] = OrderedDict()
 
     @classmethod
-    def from_sources(cls, sources: PathLike | Sequence[PathLike], index: IndexArg = None) -> RecordFiles:
-        """Expands paths / globs / directories (sorted) and resolves every file's index."""
-        paths = expand_sources(sources)
-        return cls(paths, [resolve_index(path, index) for path in paths])
+    def from_sources(
+        cls,
+        sources: PathLike | Sequence[PathLike],
+        index: IndexArg = None,
+        storage_options: StorageOptions = None,
+    ) -> RecordFiles:
+        """Expands paths / globs / directories / URLs (sorted) and resolves every file's index."""
+        paths = expand_sources(sources, storage_options)
+        return cls(paths, [resolve_index(path, index, storage_options) for path in paths], storage_options)
+
+    @property
+    def remote_requests(self) -> int:
+        """Ranged requests this process has made to remote files (none for local ones)."""
+        return sum(file.requests for file in self._remote.values())
 
     @property
     def num_records(self) -> int:
@@ -224,6 +260,10 @@ class RecordFiles:
             sizes = np.ascontiguousarray(entries[first:stop, 1])
             if int((offsets + sizes).max()) > self.sizes[shard]:
                 return None
+            if is_url(self.paths[shard]):
+                if not self._copy_remote(shard, offsets, sizes, buffer, int(positions[first])):
+                    return None
+                continue
             try:
                 complete = read_into(self._fd(shard), offsets, sizes, buffer, int(positions[first]))
             except OSError:  # the per-record read meets it again and raises it
@@ -236,10 +276,41 @@ class RecordFiles:
         framed_sizes[by_id] = entries[:, 1]
         return buffer, starts, framed_sizes
 
+    def _copy_remote(
+        self,
+        shard: int,
+        offsets: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        buffer: bytearray,
+        start: int,
+    ) -> bool:
+        """Reads remote records into ``buffer`` back to back from ``start``; False if one is short."""
+        try:
+            pieces = self._source(shard).read_ranges(offsets.tolist(), sizes.tolist())  # type: ignore[union-attr]
+        except TFRecordError:  # the per-record read meets it again and raises it
+            return False
+        view = memoryview(buffer)
+        for piece, size in zip(pieces, sizes.tolist(), strict=True):
+            if len(piece) != size:
+                return False
+            view[start : start + size] = piece
+            start += size
+        return True
+
+    def _source(self, shard: int) -> int | RemoteFile:
+        """How shard ``shard`` is read in this process: a descriptor or a remote file."""
+        if not is_url(self.paths[shard]):
+            return self._fd(shard)
+        file = self._remote.get(shard)
+        if file is None:
+            file = RemoteFile(self.paths[shard], self.sizes[shard], self.storage_options)
+            self._remote[shard] = file
+        return file
+
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
     ) -> list[bytes | None]:
-        fd, path, size, table = self._fd(shard), self.paths[shard], self.sizes[shard], self.tables[shard]
+        fd, path, size, table = self._source(shard), self.paths[shard], self.sizes[shard], self.tables[shard]
         try:
             return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
         except TFRecordError:
@@ -273,10 +344,13 @@ class RecordFiles:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        for file in self._remote.values():
+            file.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_files"] = OrderedDict()
+        state["_remote"] = {}
         return state
 
     def __del__(self) -> None:

@@ -1,7 +1,8 @@
 """Writing TFRecord files: one file (RecordWriter) or numbered shards (ShardedWriter).
 
 Files are written under a temporary name and renamed into place on close, so a crash never
-leaves a half-written file under the final name. Uncompressed files get their index
+leaves a half-written file under the final name; a URL is uploaded and the object committed
+only on close (see ``_atomic.PendingFile``). Uncompressed files get their index
 (``<path>.idx``) at close, computed while writing.
 """
 
@@ -15,11 +16,12 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, BinaryIO, Literal
 
-from ._atomic import remove_quietly, temporary_path
+from . import remote
+from ._atomic import PendingFile, remove_quietly
 from .encode import encode_example
 from .framing import FRAME_OVERHEAD, encode_record
 from .index import default_index_path, index_from_sizes, save_index
-from .io import PathLike
+from .io import PathLike, StorageOptions, exists, is_url, local_path
 
 __all__ = ["ExampleWriter", "RecordWriter", "ShardedWriter"]
 
@@ -40,7 +42,6 @@ def _as_payload(record: Payload | Mapping[str, Any]) -> Payload:
 
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
-_BUFFER_SIZE = 1 << 20
 
 
 class _CompressingSink:
@@ -77,11 +78,18 @@ class RecordWriter:
             point into a compressed stream). Without it, an index left from an older file
             under that name is removed, since it would describe other bytes.
         compression_level: zlib level 0-9 for compressed files.
+        storage_options: for the fsspec file system when ``path`` is a URL (``s3://...``):
+            the object is uploaded while writing (in parts, where the store has multipart
+            uploads) and committed on close; an aborted writer leaves no object.
 
     Example:
         >>> with RecordWriter("train.tfrecord") as writer:  # doctest: +SKIP
         ...     writer.write(b"payload")
     """
+
+    # A shard of a ShardedWriter learns its final name only at the end: remotely it is then
+    # uploaded under a temporary name and moved, instead of uploaded straight to its name.
+    _staged = False
 
     def __init__(
         self,
@@ -90,16 +98,18 @@ class RecordWriter:
         compression: WriteCompression = None,
         write_index: bool = True,
         compression_level: int = 6,
+        storage_options: StorageOptions = None,
     ) -> None:
         if compression not in (None, "gzip", "zlib"):
             raise ValueError(f"{compression=} must be None, 'gzip' or 'zlib'")
         if not 0 <= compression_level <= 9:
             raise ValueError(f"{compression_level=} must be in [0, 9]")
-        self.path = os.fspath(path)
+        self.path = local_path(path)
         self.compression = compression
+        self.storage_options = storage_options
         self._write_index = write_index and compression is None
-        self._temporary = temporary_path(self.path)
-        raw = open(self._temporary, "wb", buffering=_BUFFER_SIZE)  # noqa: SIM115 (closed in close)
+        self._pending = PendingFile(self.path, storage_options, staged=self._staged)
+        raw = self._pending.stream
         self._sink: BinaryIO | _CompressingSink = (
             raw if compression is None else _CompressingSink(raw, compression, compression_level)
         )
@@ -153,7 +163,7 @@ class RecordWriter:
                 self._sink.close()
         finally:
             self._state = "closed"
-            remove_quietly(self._temporary)
+            self._pending.discard()
 
     def __enter__(self) -> RecordWriter:
         return self
@@ -188,16 +198,17 @@ class RecordWriter:
         it is a StaleIndexError on reading, never a silent misread.
         """
         index_path = default_index_path(path)
+        options = self.storage_options
         try:
             if self._write_index:
-                save_index(index_from_sizes(self._framed_sizes), index_path)
-            elif os.path.exists(index_path):
+                save_index(index_from_sizes(self._framed_sizes), index_path, options)
+            elif exists(index_path, options):
                 logger.info("removing %s: it described the file %s replaces", index_path, path)
-                remove_quietly(index_path)
-            os.replace(self._temporary, path)
+                remove_quietly(index_path, options)
+            self._pending.publish(path)
         except BaseException:
             if self._write_index:  # it describes data that did not arrive
-                remove_quietly(index_path)
+                remove_quietly(index_path, options)
             self.abort()
             raise
         self._state = "closed"
@@ -216,6 +227,10 @@ class ExampleWriter(RecordWriter):
         super().write(_as_payload(record))
 
 
+class _Shard(RecordWriter):
+    _staged = True
+
+
 class ShardedWriter:
     """Writes records across numbered shards, rolling over by record count or size.
 
@@ -231,6 +246,9 @@ class ShardedWriter:
         suffix: file name ending; default ``.tfrecord``, plus ``.gz`` / ``.zz`` when compressed.
         compression: None, ``"gzip"`` or ``"zlib"``.
         write_index: write ``.idx`` beside each uncompressed shard.
+        storage_options: for the fsspec file system when ``prefix`` is a URL. Each shard is
+            uploaded under a hidden temporary name and moved to its final name at close (a
+            server-side copy on object stores).
 
     Example:
         >>> with ShardedWriter("out/train", max_records=10_000) as writer:  # doctest: +SKIP
@@ -249,6 +267,7 @@ class ShardedWriter:
         suffix: str | None = None,
         compression: WriteCompression = None,
         write_index: bool = True,
+        storage_options: StorageOptions = None,
     ) -> None:
         if max_records is None and max_bytes is None:
             raise ValueError("give max_records, max_bytes or both")
@@ -258,8 +277,12 @@ class ShardedWriter:
             raise ValueError(f"{max_bytes=} must be at least {FRAME_OVERHEAD}")
         if compression not in (None, "gzip", "zlib"):
             raise ValueError(f"{compression=} must be None, 'gzip' or 'zlib'")
-        self.prefix = os.fspath(prefix)
-        os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
+        self.prefix = local_path(prefix)
+        self.storage_options = storage_options
+        if is_url(self.prefix):
+            remote.make_dirs(self.prefix.rpartition("/")[0], storage_options)
+        else:
+            os.makedirs(os.path.dirname(os.path.abspath(self.prefix)), exist_ok=True)
         default_suffix = ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zz"}[compression]
         self.suffix = default_suffix if suffix is None else suffix
         self.max_records = max_records
@@ -297,10 +320,11 @@ class ShardedWriter:
             self._shards[-1]._finish()
         number = len(self._shards)
         self._shards.append(
-            RecordWriter(
+            _Shard(
                 f"{self.prefix}-{number:05d}{self.suffix}",
                 compression=self.compression,
                 write_index=self.write_index,
+                storage_options=self.storage_options,
             )
         )
 

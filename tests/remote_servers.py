@@ -1,0 +1,206 @@
+"""Real storage servers on 127.0.0.1 for the remote-storage tests and benchmarks.
+
+- :func:`moto_server`: an S3-compatible server (``moto[server]``), in a child process.
+- :func:`gcs_emulator`: a GCS emulator (``gcp-storage-emulator``), in a child process.
+- :class:`FaultProxy`: an HTTP proxy in front of either that counts requests and, when told,
+  answers some of them with a 503 or drops the connection without an answer.
+
+Each server is started on a free port, waited for, and stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["FaultProxy", "free_port", "gcs_emulator", "moto_server", "s3_options"]
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+_SLOW_DOWN = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+_DENIED = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(port: int, process: subprocess.Popen[bytes], name: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {process.returncode} before listening on {port}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"{name} did not listen on 127.0.0.1:{port} within {timeout}s")
+
+
+@contextlib.contextmanager
+def _server(command: list[str], port: int, name: str, env: dict[str, str] | None = None) -> Iterator[int]:
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+    )
+    try:
+        _wait_for(port, process, name)
+        yield process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextlib.contextmanager
+def moto_server() -> Iterator[str]:
+    """An S3-compatible server on 127.0.0.1; yields its endpoint URL."""
+    port = free_port()
+    command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with _server(command, port, "moto_server"):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def gcs_emulator() -> Iterator[str]:
+    """A GCS emulator on 127.0.0.1 (in memory); yields its endpoint URL."""
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "gcp_storage_emulator",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--in-memory",
+        "--quiet",
+    ]
+    with _server(command, port, "gcp-storage-emulator"):
+        yield f"http://127.0.0.1:{port}"
+
+
+def s3_options(endpoint: str, **extra: Any) -> dict[str, Any]:
+    """s3fs storage options for a local endpoint (moto accepts any credentials)."""
+    return {
+        "key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        "client_kwargs": {"endpoint_url": endpoint},
+        **extra,
+    }
+
+
+class FaultProxy:
+    """An HTTP proxy to ``upstream`` on 127.0.0.1 that counts requests and injects faults.
+
+    ``fail_every=n`` makes every n-th GET fail, alternately with a 503 SlowDown answer and by
+    closing the connection without an answer; ``fail_every=0`` forwards everything.
+    ``deny=True`` answers every GET with 403 AccessDenied.
+    """
+
+    def __init__(self, upstream: str, *, fail_every: int = 0, deny: bool = False) -> None:
+        self.upstream = upstream.removeprefix("http://")
+        self.fail_every = fail_every
+        self.deny = deny
+        self.requests: dict[str, int] = {}
+        self.ranged_gets = 0
+        self.faults = 0
+        self._gets = 0
+        self._lock = threading.Lock()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                with proxy._lock:
+                    proxy.requests[self.command] = proxy.requests.get(self.command, 0) + 1
+                    fault = None
+                    if self.command == "GET":
+                        proxy._gets += 1
+                        if "Range" in self.headers:
+                            proxy.ranged_gets += 1
+                        if proxy.deny:
+                            fault = "403"
+                        elif proxy.fail_every and proxy._gets % proxy.fail_every == 0:
+                            proxy.faults += 1
+                            fault = "drop" if proxy.faults % 2 else "503"
+                if fault == "drop":
+                    self.close_connection = True
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                if fault in ("503", "403"):
+                    payload = _SLOW_DOWN if fault == "503" else _DENIED
+                    self.send_response(int(fault))
+                    self.send_header("Content-Type", "application/xml")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
+                connection = http.client.HTTPConnection(proxy.upstream, timeout=60)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
+                    connection.request(self.command, self.path, body=body, headers=headers)
+                    answer = connection.getresponse()
+                    data = answer.read()
+                finally:
+                    connection.close()
+                self.send_response(answer.status, answer.reason)
+                head = self.command == "HEAD"  # its Content-Length is the object's, not this body's
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection") and (
+                        head or key.lower() != "content-length"
+                    ):
+                        self.send_header(key, value)
+                if not head:
+                    self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> FaultProxy:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.ranged_gets = 0
+            self.faults = 0
+            self._gets = 0
