@@ -14,12 +14,15 @@ logged; a missing object or a permission error fails at once, naming the URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import errno
 import io
 import logging
+import os
 import random
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -295,10 +298,15 @@ def remove(url: str, storage_options: StorageOptions = None) -> None:
 
 
 def move(source: str, target: str, storage_options: StorageOptions = None) -> None:
-    """Moves an object (a server-side copy and delete on object stores)."""
+    """Moves an object: a server-side copy, then the source removed.
+
+    Object stores have no rename; the copy is what every backend (and its emulators) does the
+    same way, and the target appears whole, at once.
+    """
     fs, source_path = filesystem(source, storage_options)
     _, target_path = filesystem(target, storage_options)
-    retrying(lambda: fs.mv(source_path, target_path), source, f"moving to {target!r}")
+    retrying(lambda: fs.copy(source_path, target_path), source, f"copying to {target!r}")
+    remove(source, storage_options)
 
 
 def make_dirs(url: str, storage_options: StorageOptions = None) -> None:
@@ -306,6 +314,11 @@ def make_dirs(url: str, storage_options: StorageOptions = None) -> None:
     fs, path = filesystem(url, storage_options)
     if path:
         fs.makedirs(path, exist_ok=True)
+
+
+def _protocols(fs: Any) -> tuple[str, ...]:
+    protocol = fs.protocol
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 class Upload:
@@ -319,7 +332,14 @@ class Upload:
     def __init__(self, url: str, storage_options: StorageOptions = None) -> None:
         self.url = url
         fs, path = filesystem(url, storage_options)
-        self._file = retrying(lambda: fs.open(path, "wb", autocommit=False), url, "opening for writing")
+        self._spool: tuple[Any, str] | None = None
+        self._file: Any
+        if "memory" in _protocols(fs):
+            # Its files are live from the moment they open: spool, and put the bytes on commit.
+            self._spool = (fs, path)
+            self._file = tempfile.SpooledTemporaryFile(max_size=64 << 20)  # noqa: SIM115 (closed on commit)
+        else:
+            self._file = retrying(lambda: fs.open(path, "wb", autocommit=False), url, "opening for writing")
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return int(self._file.write(data))
@@ -329,20 +349,32 @@ class Upload:
 
     def close(self) -> None:
         """Uploads what is buffered; the object still does not exist until :meth:`commit`."""
-        self._file.close()
+        if self._spool is None:
+            self._file.close()
 
     def commit(self) -> None:
-        self._file.commit()
+        if self._spool is None:
+            self._file.commit()
+            return
+        fs, path = self._spool
+        self._file.seek(0)
+        data = self._file.read()
+        self._file.close()
+        retrying(lambda: fs.pipe_file(path, data), self.url, "writing")
 
     def discard(self) -> None:
         """Abandons the upload (an S3 multipart upload is aborted); a failure here is only logged,
         as the upload then never completes and the object never appears."""
+        if self._spool is not None:
+            self._file.close()
+            return
         try:
             self._file.discard()
         except Exception as error:
             logger.warning("could not abort the upload to %r: %s", self.url, error)
         finally:
-            self._file.closed = True  # so that garbage collection never commits it
+            with contextlib.suppress(AttributeError):  # (memory files have no such flag, nor need it)
+                self._file.closed = True  # so that garbage collection never commits it
 
 
 _READ_AHEAD = 8 << 20
@@ -401,10 +433,11 @@ class RemoteFile:
         self._last_end = -1
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fs=None, _window=(0, b""), _ahead=None, _pool=None, _lock=None, _last_end=-1)
+        state.update(_fs=None, _window=(0, b""), _ahead=None, _pool=None, _lock=None, _last_end=-1, _pid=-1)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -412,6 +445,11 @@ class RemoteFile:
         self._lock = threading.Lock()
 
     def _filesystem(self) -> tuple[Any, str]:
+        if self._pid != os.getpid():
+            # Forked (a DataLoader worker): the parent's event loop, connections and read-ahead
+            # thread do not exist here. Start afresh.
+            self._fs, self._pool, self._ahead, self._window, self._last_end = None, None, None, (0, b""), -1
+            self._pid = os.getpid()
         if self._fs is None:
             self._fs = filesystem(self.url, self.storage_options)
         return self._fs
@@ -467,6 +505,7 @@ class RemoteFile:
         ends = [start + size for start, size in zip(starts, sizes, strict=True)]
         out: list[bytes] = [b""] * len(starts)
         requests = coalesce(starts, ends, self.max_gap)
+        self._filesystem()  # (starts afresh after a fork)
         with self._lock:
             fetched: dict[int, bytes] = {}
             remote: list[int] = []
