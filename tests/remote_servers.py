@@ -114,10 +114,14 @@ class FaultProxy:
 
     ``fail_every=n`` makes every n-th GET fail, alternately with a 503 SlowDown answer and by
     closing the connection without an answer; ``fail_every=0`` forwards everything.
-    ``deny=True`` answers every GET with 403 AccessDenied.
+    ``deny=True`` answers every GET with 403 AccessDenied. ``latency`` seconds are added to every
+    request (object stores answer in tens of milliseconds; a local server in well under one).
     """
 
-    def __init__(self, upstream: str, *, fail_every: int = 0, deny: bool = False) -> None:
+    def __init__(
+        self, upstream: str, *, fail_every: int = 0, deny: bool = False, latency: float = 0.0
+    ) -> None:
+        self.latency = latency
         self.upstream = upstream.removeprefix("http://")
         self.fail_every = fail_every
         self.deny = deny
@@ -149,6 +153,8 @@ class FaultProxy:
                         elif proxy.fail_every and proxy._gets % proxy.fail_every == 0:
                             proxy.faults += 1
                             fault = "drop" if proxy.faults % 2 else "503"
+                if proxy.latency:
+                    time.sleep(proxy.latency)
                 if fault == "drop":
                     self.close_connection = True
                     with contextlib.suppress(OSError):
