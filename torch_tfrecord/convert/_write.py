@@ -1,0 +1,234 @@
+"""Writing converted records: splits, shards, parallel encoding, a progress bar, all or nothing.
+
+A converter hands over a list of *tasks* (one per record to be, in a fixed order) and a
+picklable function that turns a task into a serialized Example or raises
+:class:`ConversionError`. This module splits the tasks (seeded), assigns them to shards
+(contiguous runs, so shard contents depend only on the input), encodes them in worker
+processes in order, and writes each shard atomically. Every shard stays under its temporary
+name until the whole conversion has succeeded: a failed conversion leaves nothing under a
+final name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Literal
+
+import numpy as np
+
+from ..errors import TFRecordError
+from ..io import StorageOptions, is_url, join
+from ..writer import RecordWriter
+from .label_map import LabelMap
+
+__all__ = ["ConversionError", "ConversionResult", "WriteOptions", "write_records"]
+
+logger = logging.getLogger(__name__)
+
+OnError = Literal["raise", "skip"]
+
+
+class ConversionError(TFRecordError, ValueError):
+    """An input record that cannot be converted; the message names the file and the record."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WriteOptions:
+    """Where and how converted records are written.
+
+    Args:
+        out_dir: directory (or URL prefix) for the shards and ``label_map.pbtxt``.
+        name: shard name prefix: ``{name}-{split}-00000-of-00004.tfrecord``.
+        shards: shards per split; or
+        max_records_per_shard: start a new shard after this many records (default 1024).
+        split: ``{"train": 0.8, "val": 0.2}``: ratios, shuffled with ``seed``; None: one set.
+        seed: seed of the split.
+        jobs: encoding processes (1: this process).
+        on_error: ``"raise"`` stops at the first bad record (nothing written under a final
+            name); ``"skip"`` leaves bad records out, counts them and logs each.
+        progress: show a tqdm progress bar on stderr (when tqdm is installed).
+        storage_options: for the fsspec file system when ``out_dir`` is a URL.
+    """
+
+    out_dir: str
+    name: str = "data"
+    shards: int | None = None
+    max_records_per_shard: int | None = None
+    split: Mapping[str, float] | None = None
+    seed: int = 0
+    jobs: int = 1
+    on_error: OnError = "raise"
+    progress: bool = False
+    storage_options: StorageOptions = None
+
+    def __post_init__(self) -> None:
+        if self.shards is not None and self.max_records_per_shard is not None:
+            raise ValueError("give shards or max_records_per_shard, not both")
+        if self.shards is not None and self.shards < 1:
+            raise ValueError(f"{self.shards=} must be positive")
+        if self.max_records_per_shard is not None and self.max_records_per_shard < 1:
+            raise ValueError(f"{self.max_records_per_shard=} must be positive")
+        if self.jobs < 1:
+            raise ValueError(f"{self.jobs=} must be positive")
+        if self.on_error not in ("raise", "skip"):
+            raise ValueError(f"{self.on_error=} must be 'raise' or 'skip'")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"{self.name=} must be a plain file name prefix")
+        if self.split is not None:
+            if not self.split or any(not r > 0 for r in self.split.values()):
+                raise ValueError(f"split ratios must be positive, got {dict(self.split)}")
+            if abs(sum(self.split.values()) - 1) > 1e-6:
+                raise ValueError(f"split ratios must add up to 1, got {dict(self.split)}")
+
+
+@dataclasses.dataclass
+class ConversionResult:
+    """What a conversion wrote.
+
+    Attributes:
+        shards: shard paths per split (``""`` when there is no split).
+        records: records written per split.
+        skipped: the message of each input left out (``on_error="skip"``).
+        label_map: the label map file written, if any.
+    """
+
+    shards: dict[str, list[str]]
+    records: dict[str, int]
+    skipped: list[str]
+    label_map: str | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.records.values())
+
+
+def split_tasks(count: int, split: Mapping[str, float] | None, seed: int) -> dict[str, list[int]]:
+    """Which task indices go to each split: a seeded permutation cut by the ratios (each split's
+    indices in input order). Pure: the same count, ratios and seed give the same split."""
+    if split is None:
+        return {"": list(range(count))}
+    order = np.random.default_rng(seed).permutation(count)
+    bounds = [0]
+    cumulative = 0.0
+    for ratio in split.values():
+        cumulative += ratio
+        bounds.append(min(count, round(cumulative * count)))
+    bounds[-1] = count
+    return {name: sorted(order[a:b].tolist()) for name, a, b in zip(split, bounds, bounds[1:])}
+
+
+def shard_count(count: int, options: WriteOptions) -> int:
+    if options.shards is not None:
+        return options.shards
+    per_shard = options.max_records_per_shard or 1024
+    return max(1, math.ceil(count / per_shard))
+
+
+def _encode_all(
+    encode: Callable[[Any], bytes], tasks: Sequence[Any], jobs: int
+) -> Iterator[bytes | ConversionError]:
+    """Each task's record, or its error, in task order."""
+
+    if jobs <= 1 or len(tasks) < 2:
+        for task in tasks:
+            yield _attempt(encode, task)
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        chunk = max(1, min(64, len(tasks) // (jobs * 8)))
+        yield from pool.map(_attempt, [encode] * len(tasks), tasks, chunksize=chunk)
+
+
+def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionError:
+    try:
+        return encode(task)
+    except ConversionError as error:
+        return error
+
+
+def _progress(total: int, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit="record", file=sys.stderr, dynamic_ncols=True)
+
+
+def write_records(
+    tasks: Sequence[Any],
+    encode: Callable[[Any], bytes],
+    options: WriteOptions,
+    label_map: LabelMap | None = None,
+) -> ConversionResult:
+    """Encodes every task and writes the records as split, sharded, indexed TFRecord files.
+
+    Raises:
+        ConversionError: with ``on_error="raise"``, the first task that failed; nothing is
+            left under a final name.
+    """
+    splits = split_tasks(len(tasks), options.split, options.seed)
+    if not is_url(options.out_dir):
+        os.makedirs(options.out_dir, exist_ok=True)
+    order = [i for indices in splits.values() for i in indices]
+    plan: list[tuple[str, int, int]] = []  # (split, shard, shards) of each task of `order`
+    for split, indices in splits.items():
+        shards = shard_count(len(indices), options)
+        plan.extend((split, len(indices) and i * shards // len(indices), shards) for i in range(len(indices)))
+    writers: dict[tuple[str, int], RecordWriter] = {}
+    names: dict[str, list[str]] = {}
+    for split, indices in splits.items():
+        shards = shard_count(len(indices), options)
+        stem = f"{options.name}-{split}" if split else options.name
+        names[split] = [
+            join(options.out_dir, f"{stem}-{k:05d}-of-{shards:05d}.tfrecord") for k in range(shards)
+        ]
+    records = {split: 0 for split in splits}
+    skipped: list[str] = []
+    bar = _progress(len(order), options.progress)
+    try:
+        current: RecordWriter | None = None
+        results = _encode_all(encode, [tasks[i] for i in order], options.jobs)
+        for (split, shard, _), result in zip(plan, results, strict=True):
+            key = (split, shard)
+            if key not in writers:
+                if current is not None:
+                    current._finish()
+                current = writers[key] = RecordWriter(
+                    names[split][shard], storage_options=options.storage_options
+                )
+            if bar is not None:
+                bar.update(1)
+            if isinstance(result, ConversionError):
+                if options.on_error == "raise":
+                    raise result
+                skipped.append(str(result))
+                logger.warning("skipping: %s", result)
+                continue
+            writers[key].write(result)
+            records[split] += 1
+        if current is not None:
+            current._finish()
+        # Shards that got no task (more shards than records) are written empty, so every
+        # name of "-of-N" exists.
+        for split, paths in names.items():
+            for shard, path in enumerate(paths):
+                if (split, shard) not in writers:
+                    writers[(split, shard)] = RecordWriter(path, storage_options=options.storage_options)
+                    writers[(split, shard)]._finish()
+        for (split, shard), writer in writers.items():
+            writer._publish(names[split][shard])
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return ConversionResult(names, records, skipped)
