@@ -1,12 +1,20 @@
-"""`torch-tfrecord`: look inside TFRecord files.
+"""`torch-tfrecord`: look inside TFRecord files, check them, convert labeled data to them.
 
+torch-tfrecord head data/train-00000-of-00008.tfrecord -n 3 [--json]
+torch-tfrecord schema 'data/train-*.tfrecord'
 torch-tfrecord count data/train-*.tfrecord
 torch-tfrecord verify data/
+torch-tfrecord preview data/train-00000-of-00008.tfrecord --out grid.png
+torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1
+
+Errors are one line (``torch-tfrecord: error: ...``); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -14,9 +22,11 @@ from typing import Any
 
 from ._cli import add_storage_options, storage_options
 from .errors import TFRecordError
-from .index import count_records, default_index_path, load_index
+from .index import build_index, count_records, default_index_path, load_index
+from .inspect import format_json, format_text
 from .io import exists, expand_sources, resolve_compression
 from .reader import ReadStats, read_records
+from .schema import infer_spec
 
 __all__ = ["main"]
 
@@ -38,32 +48,47 @@ def _cmd_count(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _verify_one(path: str, options: dict[str, Any] | None) -> str | None:
-    """Reads every record with CRC checks and compares the index, if any: the problem, or None."""
+def _verify_one(path: str, options: dict[str, Any] | None) -> list[str]:
+    """Checks every record's CRCs and the index, if any: each problem found (none: the file is good).
+
+    When the framing is intact (the record headers can be walked), every damaged record is
+    reported with its offset; otherwise the first break in the framing is.
+    """
+    compression = resolve_compression("auto", path, options)
     stats = ReadStats()
-    for _ in read_records(path, verify_crc=True, stats=stats, storage_options=options):
-        pass
+    if compression is None:
+        table = build_index(path, storage_options=options)  # headers only: fails where framing breaks
+        for _ in read_records(path, entries=table, on_error="skip", stats=stats, storage_options=options):
+            pass
+    else:
+        for _ in read_records(path, verify_crc=True, stats=stats, storage_options=options):
+            pass
+    problems = list(stats.errors)
     index_path = default_index_path(path)
-    if exists(index_path, options) and resolve_compression("auto", path, options) is None:
-        table = load_index(index_path, data_path=path, storage_options=options)
-        if len(table) != stats.records:
-            return f"index {index_path!r} lists {len(table)} records, the file holds {stats.records}"
-    return None
+    if compression is None and exists(index_path, options):
+        try:
+            load_index(index_path, data_path=path, storage_options=options)
+        except TFRecordError as error:
+            problems.append(f"{type(error).__name__}: {error}")
+    return problems
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
+    logging.getLogger("torch_tfrecord.reader").setLevel(logging.ERROR)  # each problem is listed below
     start = time.perf_counter()
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     failed = 0
     for path in paths:
         try:
-            problem = _verify_one(path, options)
+            problems = _verify_one(path, options)
         except TFRecordError as error:
-            problem = f"{type(error).__name__}: {error}"
-        if problem is not None:
+            problems = [f"{type(error).__name__}: {error}"]
+        if problems:
             failed += 1
-            print(f"BAD  {path}: {problem}")
+            print(f"BAD  {path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+            for problem in problems:
+                print(f"       {problem}")
         elif not args.quiet:
             print(f"OK   {path}")
     seconds = time.perf_counter() - start
@@ -71,31 +96,296 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_head(args: argparse.Namespace) -> int:
+    options = storage_options(args)
+    shown = 0
+    for path in expand_sources(args.path, options):
+        for number, payload in enumerate(read_records(path, storage_options=options)):
+            if shown >= args.n:
+                return 0
+            where = f"{path}#{number}"
+            print(format_json(shown, payload, where) if args.json else format_text(shown, payload, where))
+            shown += 1
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
+    rows = [(key, type(value).__name__, _spec_detail(value)) for key, value in spec.items()]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("feature", "spec", "detail"))]
+    print("  ".join(h.ljust(w) for h, w in zip(("feature", "spec", "detail"), widths)).rstrip())
+    for row in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    print("\n# paste into your code:\nimport torch\nimport torch_tfrecord as tt\n\nspec = " + repr(spec))
+    return 0
+
+
+def _spec_detail(spec: Any) -> str:
+    fields = {k: v for k, v in vars(spec).items() if not k.startswith("_")}
+    return ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def _cmd_preview(args: argparse.Namespace) -> int:
+    from .preview import render_grid
+
+    options = storage_options(args)
+    records = []
+    for path in expand_sources(args.path, options):
+        for payload in read_records(path, storage_options=options):
+            records.append(payload)
+            if len(records) >= args.n:
+                break
+        if len(records) >= args.n:
+            break
+    sheet = render_grid(records, cell=args.cell)
+    sheet.save(args.out)
+    print(f"{args.out}: {len(records)} records, {sheet.width}x{sheet.height} pixels")
+    return 0
+
+
+def _split(text: str | None) -> dict[str, float] | None:
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        name, sep, ratio = part.partition("=")
+        try:
+            out[name.strip()] = float(ratio)
+        except ValueError:
+            raise ValueError(f"--split {text!r}: write it as train=0.8,val=0.2") from None
+        if not sep or not name.strip():
+            raise ValueError(f"--split {text!r}: write it as train=0.8,val=0.2")
+    return out
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from . import convert
+
+    write = {
+        "name": args.name,
+        "shards": args.shards,
+        "max_records_per_shard": args.max_records_per_shard,
+        "split": _split(args.split),
+        "seed": args.seed,
+        "jobs": args.jobs,
+        "on_error": args.on_error,
+        "progress": not args.quiet and sys.stderr.isatty(),
+    }
+    start = time.perf_counter()
+    if args.format == "image-folder":
+        result = convert.convert_image_folder(
+            args.root, args.out, label_map=args.label_map, reencode=args.reencode, **write
+        )
+    elif args.format == "coco":
+        result = convert.convert_coco(
+            args.annotations,
+            args.images,
+            args.out,
+            label_map=args.label_map,
+            drop_empty=args.drop_empty,
+            segmentation=args.segmentation,
+            reencode=args.reencode,
+            **write,
+        )
+    elif args.format == "voc":
+        result = convert.convert_voc(
+            args.voc,
+            args.out,
+            args.images,
+            label_map=args.label_map,
+            drop_empty=args.drop_empty,
+            reencode=args.reencode,
+            **write,
+        )
+    else:
+        types = convert.parse_types(args.spec) if args.spec else None
+        result = convert.convert_csv(args.csv, args.out, types=types, delimiter=args.delimiter, **write)
+    seconds = time.perf_counter() - start
+    for split, paths in result.shards.items():
+        label = split or "records"
+        print(f"{label}: {result.records[split]:,} records in {len(paths)} shards ({paths[0]} ...)")
+    if result.label_map:
+        print(f"label map: {result.label_map}")
+    if result.skipped:
+        print(f"skipped {len(result.skipped)} bad inputs:")
+        for message in result.skipped[:20]:
+            print(f"  {message}")
+        if len(result.skipped) > 20:
+            print(f"  ... and {len(result.skipped) - 20} more")
+    print(f"{result.total:,} records written in {seconds:.2f} s")
+    return 0
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def _command(commands: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=help, epilog=f"example:\n  {example}", formatter_class=_Formatter
+    )
+    return parser
+
+
+def _add_write_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", required=True, help="output directory (or URL prefix)")
+    parser.add_argument("--name", default="data", help="shard name prefix (default: data)")
+    sharding = parser.add_mutually_exclusive_group()
+    sharding.add_argument("--shards", type=int, help="shards per split")
+    sharding.add_argument(
+        "--max-records-per-shard",
+        type=int,
+        help="records per shard (default: 1024 when --shards is not given)",
+    )
+    parser.add_argument("--split", help="ratios of a shuffled split, e.g. train=0.8,val=0.1,test=0.1")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the split (default: 0)")
+    parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="encoding processes")
+    parser.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="raise: stop at the first bad input, writing nothing (default); skip: leave it out and count it",
+    )
+    parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+
+
+def _add_image_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--label-map", help="label_map.pbtxt fixing the class ids (default: classes sorted)")
+    parser.add_argument(
+        "--reencode",
+        action="store_true",
+        help="decode, apply EXIF orientation and encode again (default: bytes as they are)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="torch-tfrecord", description="Look inside TFRecord files.")
+    parser = argparse.ArgumentParser(
+        prog="torch-tfrecord",
+        description="Look inside TFRecord files, check them, and convert labeled data to them.",
+        epilog="example:\n  torch-tfrecord head data/train-00000-of-00008.tfrecord -n 3",
+        formatter_class=_Formatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    count = commands.add_parser("count", help="records per file (from a fresh index when there is one)")
-    count.add_argument("paths", nargs="+", help="data files, globs or directories")
-    add_storage_options(count)
+    head = _command(
+        commands,
+        "head",
+        "print the first records, feature by feature",
+        "torch-tfrecord head train.tfrecord -n 2 --json",
+    )
+    head.add_argument("path", help="a file, glob, directory or URL")
+    head.add_argument("-n", type=int, default=5, help="records to show (default: 5)")
+    head.add_argument("--json", action="store_true", help="one JSON object per line, bytes in base64")
+    head.set_defaults(run=_cmd_head)
+
+    schema = _command(
+        commands,
+        "schema",
+        "propose a feature spec from the records, as a table and as Python",
+        "torch-tfrecord schema 'data/train-*.tfrecord'",
+    )
+    schema.add_argument("paths", nargs="+", help="files, globs, directories or URLs")
+    schema.add_argument("--records", type=int, default=1000, help="records to look at (default: 1000)")
+    schema.set_defaults(run=_cmd_schema)
+
+    count = _command(
+        commands,
+        "count",
+        "records per file (from a fresh index when there is one)",
+        "torch-tfrecord count data/",
+    )
+    count.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
     count.set_defaults(run=_cmd_count)
 
-    verify = commands.add_parser(
-        "verify", help="check every record's CRCs and the index; exit 1 if anything is damaged"
+    verify = _command(
+        commands,
+        "verify",
+        "check every record's CRCs and the index; list the offset of each bad record; exit 1 on damage",
+        "torch-tfrecord verify 'data/*.tfrecord'",
     )
-    verify.add_argument("paths", nargs="+", help="data files, globs or directories")
+    verify.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
     verify.add_argument("--quiet", "-q", action="store_true", help="list only damaged files")
-    add_storage_options(verify)
     verify.set_defaults(run=_cmd_verify)
+
+    preview = _command(
+        commands,
+        "preview",
+        "a grid of the first images with their labels (boxes and class names for detection data)",
+        "torch-tfrecord preview data/train-00000-of-00004.tfrecord --out grid.png -n 16",
+    )
+    preview.add_argument("path", help="a file, glob, directory or URL")
+    preview.add_argument("--out", required=True, help="the PNG to write")
+    preview.add_argument("-n", type=int, default=16, help="images (default: 16)")
+    preview.add_argument("--cell", type=int, default=256, help="pixels per image (default: 256)")
+    preview.set_defaults(run=_cmd_preview)
+
+    for command in (head, schema, count, verify, preview):
+        add_storage_options(command)
+
+    convert = _command(
+        commands,
+        "convert",
+        "convert labeled data (image folder, COCO, Pascal VOC, CSV) to sharded, indexed TFRecord",
+        "torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1",
+    )
+    formats = convert.add_subparsers(dest="format", required=True)
+    folder = _command(
+        formats,
+        "image-folder",
+        "ROOT/<class>/<image> to image/encoded + image/class/label",
+        "torch-tfrecord convert image-folder photos/ --out out/ --shards 8",
+    )
+    folder.add_argument("root")
+    coco = _command(
+        formats,
+        "coco",
+        "COCO detection JSON to the Object Detection API layout",
+        "torch-tfrecord convert coco instances_val2017.json val2017/ --out out/ --split train=0.9,val=0.1",
+    )
+    coco.add_argument("annotations")
+    coco.add_argument("images")
+    coco.add_argument("--drop-empty", action="store_true", help="leave out images without annotations")
+    coco.add_argument("--segmentation", action="store_true", help="also store the polygons")
+    voc = _command(
+        formats,
+        "voc",
+        "Pascal VOC XML to the Object Detection API layout (plus difficult / truncated)",
+        "torch-tfrecord convert voc VOCdevkit/VOC2012 --out out/",
+    )
+    voc.add_argument("voc", help="a VOC root (Annotations/, JPEGImages/) or a folder of XML files")
+    voc.add_argument("images", nargs="?", help="the images (default: VOC/JPEGImages)")
+    voc.add_argument("--drop-empty", action="store_true", help="leave out images without objects")
+    table = _command(
+        formats,
+        "csv",
+        "one Example per CSV row, column types inferred or given",
+        "torch-tfrecord convert csv rows.csv --out out/ --spec 'age:int,score:float'",
+    )
+    table.add_argument("csv")
+    table.add_argument("--spec", help="column types, e.g. age:int,score:float,name:bytes (others inferred)")
+    table.add_argument("--delimiter", default=",")
+    for command in (folder, coco, voc):
+        _add_image_options(command)
+    for command in (folder, coco, voc, table):
+        _add_write_options(command)
+        command.set_defaults(run=_cmd_convert)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Runs the command line; returns the exit status."""
+    """Runs the command line; returns the exit status (1: damage or a failed conversion,
+    2: an error that stopped the command)."""
     args = build_parser().parse_args(argv)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     try:
         status: int = args.run(args)
-    except (TFRecordError, ImportError) as error:
-        print(f"torch-tfrecord: error: {error}", file=sys.stderr)
-        return 2
+    except Exception as error:
+        if args.debug:
+            raise
+        from .convert import ConversionError
+
+        message = " ".join(str(error).split()) or type(error).__name__
+        print(f"torch-tfrecord: error: {message}", file=sys.stderr)
+        return 1 if isinstance(error, ConversionError) else 2
     return status

@@ -10,7 +10,7 @@ import torch
 from google.protobuf.message import DecodeError
 
 from .errors import ExampleDecodeError, FeatureTypeError
-from .io import PathLike, expand_sources
+from .io import PathLike, StorageOptions, expand_sources
 from .proto import Example
 from .reader import read_records
 from .spec import FeatureSpec, FixedLen, Image, VarLen
@@ -83,7 +83,9 @@ def infer_spec_from_records(
     return spec
 
 
-def infer_spec(paths: PathLike | Sequence[PathLike], max_records: int = 1000) -> InferredSpec:
+def infer_spec(
+    paths: PathLike | Sequence[PathLike], max_records: int = 1000, storage_options: StorageOptions = None
+) -> InferredSpec:
     """Reads up to ``max_records`` Examples and proposes a spec for them.
 
     A feature present in every record with the same number of values becomes a
@@ -94,6 +96,7 @@ def infer_spec(paths: PathLike | Sequence[PathLike], max_records: int = 1000) ->
     Args:
         paths: files, globs or directories.
         max_records: how many records to look at, from the first files on.
+        storage_options: for the fsspec file system of URLs.
 
     Example:
         >>> infer_spec("train-*.tfrecord")  # doctest: +SKIP
@@ -108,8 +111,8 @@ def infer_spec(paths: PathLike | Sequence[PathLike], max_records: int = 1000) ->
     origins: list[tuple[str, int]] = []  # (file, record number in it), for error messages
 
     def records() -> Iterable[bytes]:
-        for path in expand_sources(paths):
-            for number, record in enumerate(read_records(path)):
+        for path in expand_sources(paths, storage_options):
+            for number, record in enumerate(read_records(path, storage_options=storage_options)):
                 origins.append((path, number))
                 yield record
                 if len(origins) >= max_records:

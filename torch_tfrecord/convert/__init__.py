@@ -25,7 +25,7 @@ from .detection import encoder as detection_encoder
 from .image_folder import encoder as image_encoder
 from .image_folder import image_folder_tasks
 from .label_map import LabelMap, LabelMapError
-from .table import csv_tasks
+from .table import csv_tasks, parse_types
 from .table import encoder as row_encoder
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "convert_csv",
     "convert_image_folder",
     "convert_voc",
+    "parse_types",
     "read_label_map",
     "write_label_map",
 ]
