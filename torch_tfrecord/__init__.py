@@ -35,6 +35,7 @@ from .ragged import Ragged
 from .reader import ReadStats, read_records
 from .schema import infer_spec
 from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
+from .vision import detection_spec
 from .writer import ExampleWriter, RecordWriter, ShardedWriter
 
 __version__ = "0.1.0"
@@ -81,6 +82,7 @@ __all__ = [
     "decode_sequence_batch",
     "decode_sequence_example",
     "default_index_path",
+    "detection_spec",
     "encode_example",
     "encode_record",
     "encode_sequence_example",

@@ -118,7 +118,8 @@ def resolve_compression(
 
 def _is_data_file(name: str) -> bool:
     base = os.path.basename(name)
-    return not base.startswith(".") and not base.endswith(".idx")
+    # Index files and the converters' label maps live beside the shards; neither holds records.
+    return not base.startswith(".") and not base.endswith((".idx", ".pbtxt"))
 
 
 def expand_sources(
@@ -127,7 +128,8 @@ def expand_sources(
     """Turns paths, globs and directories into a sorted list of data files.
 
     A directory stands for the files directly in it; a glob (``*``, ``?``, ``[``, ``**``)
-    for the files it matches. Index files (``.idx``) and hidden files are left out of both.
+    for the files it matches. Index files (``.idx``), label maps (``.pbtxt``) and hidden files
+    are left out of both.
     URLs expand on their file system (``s3://bucket/train-*.tfrecord``, a bucket prefix).
 
     Args:

@@ -1,4 +1,5 @@
 """Image decoding: torchvision.io when it imports, Pillow otherwise; same pixels either way.
+Detection records (the Object Detection API layout) to torchvision's detection targets.
 
 Both are optional (``pip install torch-tfrecord[vision]``) and imported on first use.
 Set ``TORCH_TFRECORD_IMAGE_BACKEND=pillow`` (or ``torchvision``) to force one.
@@ -14,7 +15,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-__all__ = ["decode_image", "image_backend"]
+__all__ = ["DETECTION_KEYS", "decode_image", "detection_spec", "image_backend", "to_detection_target"]
 
 Mode = Literal["RGB", "L", "unchanged"]
 
@@ -98,3 +99,90 @@ def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
     if array.dtype != np.uint8:
         array = array.astype(np.uint8)
     return torch.from_numpy(array.transpose(2, 0, 1).copy())
+
+
+DETECTION_KEYS = {
+    "image": "image/encoded",
+    "xmin": "image/object/bbox/xmin",
+    "ymin": "image/object/bbox/ymin",
+    "xmax": "image/object/bbox/xmax",
+    "ymax": "image/object/bbox/ymax",
+    "labels": "image/object/class/label",
+}
+
+
+def detection_spec(mode: Mode = "RGB", *, extra: bool = False) -> dict[str, Any]:
+    """The spec of detection records in the Object Detection API layout (what
+    ``torch_tfrecord.convert`` writes from COCO and Pascal VOC): the decoded image, the
+    normalized box corners and the class ids; with ``extra``, also size, file name, source id,
+    class names, area, is_crowd, difficult and truncated."""
+    from .spec import FixedLen, Image, VarLen
+
+    spec: dict[str, Any] = {
+        DETECTION_KEYS["image"]: Image(mode),
+        **{DETECTION_KEYS[k]: VarLen(torch.float32) for k in ("xmin", "ymin", "xmax", "ymax")},
+        DETECTION_KEYS["labels"]: VarLen(torch.int64),
+    }
+    if extra:
+        spec.update(
+            {
+                "image/height": FixedLen((), torch.int64),
+                "image/width": FixedLen((), torch.int64),
+                "image/filename": FixedLen((), str),
+                "image/source_id": FixedLen((), str),
+                "image/object/class/text": VarLen(str),
+                "image/object/area": VarLen(torch.float32),
+                "image/object/is_crowd": VarLen(torch.int64),
+                "image/object/difficult": VarLen(torch.int64),
+                "image/object/truncated": VarLen(torch.int64),
+            }
+        )
+    return spec
+
+
+def to_detection_target(sample: dict[str, Any]) -> tuple[torch.Tensor, dict[str, Any]]:
+    """A decoded detection sample (see :func:`detection_spec`) as torchvision's detection models
+    and ``transforms.v2`` take it: ``(image, {"boxes", "labels"})``.
+
+    ``image`` is the ``[C, H, W]`` uint8 tensor (a ``tv_tensors.Image`` when torchvision is
+    installed); ``boxes`` are pixel XYXY, a ``tv_tensors.BoundingBoxes`` on the image's canvas
+    when torchvision is installed, else a float tensor ``[N, 4]``; ``labels`` int64 ``[N]``.
+    Other keys of ``sample`` whose name starts with ``image/object/`` are passed along, one
+    value per box, under their last name (``area``, ``is_crowd`` ...).
+    """
+    image = sample[DETECTION_KEYS["image"]]
+    if not isinstance(image, torch.Tensor) or image.ndim != 3:
+        raise ValueError(
+            f"{DETECTION_KEYS['image']!r} must be a decoded [C, H, W] image tensor (use tt.Image)"
+        )
+    height, width = int(image.shape[-2]), int(image.shape[-1])
+    corners = [
+        torch.as_tensor(sample[DETECTION_KEYS[k]], dtype=torch.float32)
+        for k in ("xmin", "ymin", "xmax", "ymax")
+    ]
+    if len({len(c) for c in corners}) != 1:
+        raise ValueError(f"box corner lists differ in length: {[len(c) for c in corners]}")
+    scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+    boxes = torch.stack(corners, dim=-1).reshape(-1, 4) * scale
+    labels = torch.as_tensor(sample[DETECTION_KEYS["labels"]], dtype=torch.int64).reshape(-1)
+    if len(labels) != len(boxes):
+        raise ValueError(f"{len(boxes)} boxes but {len(labels)} labels")
+    target: dict[str, Any] = {"boxes": boxes, "labels": labels}
+    for key, value in sample.items():
+        per_box = "/bbox/" not in key and "/polygon/" not in key
+        if key.startswith("image/object/") and key not in DETECTION_KEYS.values() and per_box:
+            target[key.rsplit("/", 1)[-1]] = value
+    tv = _tv_tensors()
+    if tv is not None:
+        image = tv.Image(image)
+        target["boxes"] = tv.BoundingBoxes(boxes, format="XYXY", canvas_size=(height, width))
+    return image, target
+
+
+@functools.cache
+def _tv_tensors() -> Any:
+    try:
+        from torchvision import tv_tensors
+    except (ImportError, RuntimeError, OSError):
+        return None
+    return tv_tensors
