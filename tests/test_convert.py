@@ -8,7 +8,6 @@ below were worked out by hand.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 from pathlib import Path
@@ -165,7 +164,9 @@ def test_coco_hand_checked_fixture(coco_images: Path, tmp_path: Path) -> None:
     )
     assert convert.read_label_map(result.label_map).names == {1: "person", 2: "car", 3: "dog"}  # type: ignore[arg-type]
     assert (tmp_path / "out" / "label_map.pbtxt").read_text() == (
-        "item {\n  id: 1\n  name: 'person'\n}\nitem {\n  id: 2\n  name: 'car'\n}\nitem {\n  id: 3\n  name: 'dog'\n}\n"
+        "item {\n  id: 1\n  name: 'person'\n}\n"
+        "item {\n  id: 2\n  name: 'car'\n}\n"
+        "item {\n  id: 3\n  name: 'dog'\n}\n"
     )
     park, empty, street = _read(result.shards[""], DETECTION)  # by image id: 3, 7, 12
     assert [s["image/source_id"] for s in (park, empty, street)] == ["3", "7", "12"]
@@ -216,7 +217,9 @@ def test_coco_hand_checked_fixture(coco_images: Path, tmp_path: Path) -> None:
 def test_coco_label_map_given_fixes_the_ids(coco_images: Path, tmp_path: Path) -> None:
     label_map = tmp_path / "label_map.pbtxt"
     label_map.write_text(
-        "# ours\nitem { id: 5 name: 'car' }\nitem {\n id: 2\n name: \"dog\"\n display_name: 'Dog'\n}\nitem { id: 9 name: 'person' }\n"
+        "# ours\nitem { id: 5 name: 'car' }\n"
+        "item {\n id: 2\n name: \"dog\"\n display_name: 'Dog'\n}\n"
+        "item { id: 9 name: 'person' }\n"
     )
     result = convert.convert_coco(
         str(DATA / "coco" / "instances.json"),
