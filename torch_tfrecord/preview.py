@@ -110,8 +110,11 @@ def render_grid(records: Sequence[bytes], *, cell: int = 256, columns: int | Non
         for x0, y0, x1, y1, text, label in boxes:
             colour = _PALETTE[label % len(_PALETTE)]
             box = (left + x0 * size[0], top + y0 * size[1], left + x1 * size[0], top + y1 * size[1])
-            draw.rectangle(box, outline=colour, width=2)
-            draw.text((box[0] + 2, box[1] + 1), text, fill=colour, font=font)
+            draw.rectangle(box, outline=colour, width=3)
+            if text:  # the class name on a tab of the box's colour, legible on any image
+                tab = draw.textbbox((box[0] + 3, box[1] + 3), text, font=font)
+                draw.rectangle((tab[0] - 2, tab[1] - 2, tab[2] + 2, tab[3] + 2), fill=colour)
+                draw.text((box[0] + 3, box[1] + 3), text, fill=(0, 0, 0), font=font)
         draw.text(
             ((i % columns) * cell + 4, (i // columns) * (cell + caption_height) + cell + 2),
             caption[:40],

@@ -1,0 +1,174 @@
+"""The inspection commands (`torch-tfrecord head | schema | preview`) and `convert` on the
+command line: output, exit codes, one-line errors, --help with an example."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import torch_tfrecord as tt
+from torch_tfrecord.cli import main
+from torch_tfrecord.inspect import format_text
+
+PIL = pytest.importorskip("PIL")
+from PIL import Image as PILImage  # noqa: E402
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Path:
+    path = tmp_path / "examples.tfrecord"
+    with tt.ExampleWriter(str(path)) as writer:
+        for i in range(4):
+            writer.write(
+                {
+                    "label": i,
+                    "score": [0.5 * i, 1.0],
+                    "name": tt.BytesList([f"item {i}".encode()]),
+                    "blob": tt.BytesList([bytes(range(40))]),
+                }
+            )
+    return path
+
+
+def test_head_text_and_json(examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["head", str(examples), "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("record ") == 2 and f"{examples}#1" in out
+    assert (
+        "label  int64[1]  1" in out and "score  float[2]  0.5 1" in out and "name   bytes[1]  'item 1'" in out
+    )
+    assert "<40 bytes 000102030405060708090a0b0c0d0e0f1011121314151617...>" in out
+    assert main(["head", str(examples), "--json", "-n", "10"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(lines) == 4 and lines[3]["features"]["label"] == {"type": "int64", "values": [3]}
+    assert base64.b64decode(lines[0]["features"]["blob"]["values"][0]) == bytes(range(40))
+    assert "not an Example" in format_text(0, b"\xff\xff")
+
+
+def test_schema_table_and_code_that_runs(examples: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["schema", str(examples)]) == 0
+    out = capsys.readouterr().out
+    table, code = out.split("# paste into your code:")
+    assert (
+        "label" in table and "FixedLen" in table and "VarLen" not in table.split("label")[1].splitlines()[0]
+    )
+    namespace: dict[str, object] = {}
+    exec(code, namespace)
+    assert namespace["spec"] == {
+        "blob": tt.FixedLen((), bytes),
+        "label": tt.FixedLen((), torch.int64),
+        "name": tt.FixedLen((), bytes),
+        "score": tt.FixedLen((2,), torch.float32),
+    }
+
+
+def test_preview_draws_images_labels_and_boxes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    for name, size in [("street.jpg", (200, 100)), ("park.png", (160, 120)), ("empty.jpg", (64, 48))]:
+        PILImage.new("RGB", size, (90, 90, 90)).save(images / name)
+    assert (
+        main(
+            [
+                "convert",
+                "coco",
+                str(DATA / "coco" / "instances.json"),
+                str(images),
+                "--out",
+                str(tmp_path / "out"),
+                "-q",
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    grid = tmp_path / "grid.png"
+    assert main(["preview", str(tmp_path / "out"), "--out", str(grid), "--cell", "128"]) == 0
+    assert "3 records" in capsys.readouterr().out
+    with PILImage.open(grid) as picture:
+        pixels = np.asarray(picture.convert("RGB")).astype(int)
+    assert pixels.shape == (2 * (128 + 16), 2 * 128, 3)
+    # The street's 'car' box (x 0.1..0.6 of the 128-wide, 64-high tile at (0, 32)) is drawn in
+    # its class colour on the grey image, the grey inside left alone.
+    tile = pixels[: 128 + 16, 128:]  # second tile: street.jpg (image ids 3, 7, 12 in order)
+    street = pixels[144:, :128]
+    assert (street[32:96] != 90).any(axis=-1).sum() > 100
+    assert (np.abs(street[60, 30:70] - 90) < 3).all()
+    assert tile.shape[0] == 144
+
+
+def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    PILImage.new("RGB", (200, 100)).save(images / "street.jpg")
+    PILImage.new("RGB", (160, 120)).save(images / "park.png")
+    status = main(
+        ["convert", "coco", str(DATA / "coco" / "instances.json"), str(images), "--out", str(tmp_path / "o")]
+    )
+    out, err = capsys.readouterr()
+    assert status == 1 and "Traceback" not in err
+    assert err.startswith("torch-tfrecord: error: ") and "empty.jpg" in err and "does not exist" in err
+    assert len(err.strip().splitlines()) == 1
+    status = main(
+        [
+            "convert",
+            "coco",
+            str(DATA / "coco" / "instances.json"),
+            str(images),
+            "--out",
+            str(tmp_path / "o"),
+            "--on-error",
+            "skip",
+            "--split",
+            "train=0.5,val=0.5",
+            "--jobs",
+            "2",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert status == 0 and "skipped 1 bad inputs" in out and "2 records written" in out
+    assert "train: " in out and "val: " in out and "label map:" in out
+
+
+def test_every_command_has_help_with_an_example() -> None:
+    for command in (
+        ["head"],
+        ["schema"],
+        ["count"],
+        ["verify"],
+        ["preview"],
+        ["convert"],
+        ["convert", "coco"],
+        ["convert", "voc"],
+        ["convert", "csv"],
+        ["convert", "image-folder"],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "torch_tfrecord", *command, "--help"], capture_output=True, text=True
+        )
+        assert result.returncode == 0 and "example:\n  torch-tfrecord " in result.stdout, command
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    missing = str(tmp_path / "missing.tfrecord")
+    plain = subprocess.run(
+        [sys.executable, "-m", "torch_tfrecord", "head", missing], capture_output=True, text=True
+    )
+    assert (
+        plain.returncode == 2
+        and plain.stderr.count("\n") == 1
+        and "no such file or directory" in plain.stderr
+    )
+    debug = subprocess.run(
+        [sys.executable, "-m", "torch_tfrecord", "--debug", "head", missing], capture_output=True, text=True
+    )
+    assert debug.returncode != 0 and "Traceback" in debug.stderr
