@@ -393,3 +393,21 @@ def test_label_map_round_trip_and_errors() -> None:
         convert.LabelMap.decode("item { id: 1 name: 'a' }\nitem { id: 2 name: 'a' }")
     with pytest.raises(convert.LabelMapError, match="expected 'item"):
         convert.LabelMap.decode("garbage")
+
+
+def test_example_converts_coco_and_trains_a_torchvision_detector(tmp_path: Path) -> None:
+    pytest.importorskip("torchvision.models.detection")
+    import subprocess
+    import sys
+
+    script = Path(__file__).parents[1] / "examples" / "train_detection.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--workdir", str(tmp_path), "--steps", "3", "--images", "12"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "converted: {'train': 9, 'val': 3} records, classes {1: 'rectangle', 2: 'ellipse'}" in result.stdout
+    assert "trained 3 steps" in result.stdout
+    assert (tmp_path / "tfrecord" / "label_map.pbtxt").exists()
