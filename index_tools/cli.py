@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from torch_tfrecord._cli import add_storage_options, storage_options
+from torch_tfrecord._cli import add_storage_options, progress_bar, storage_options
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.index import load_index
 from torch_tfrecord.io import expand_sources
@@ -25,21 +25,10 @@ from .build import BuildResult, build_indexes, index_path_for, index_status
 __all__ = ["main"]
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    """A tqdm bar on stderr when tqdm is installed and wanted, else None."""
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="file", file=sys.stderr, dynamic_ncols=True)
-
-
 def _cmd_build(args: argparse.Namespace) -> int:
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
-    bar = _progress(len(paths), not args.quiet and sys.stderr.isatty())
+    bar = progress_bar(len(paths), "file", not args.quiet and sys.stderr.isatty())
     start = time.perf_counter()
 
     def on_result(result: BuildResult) -> None:

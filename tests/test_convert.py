@@ -408,6 +408,8 @@ def test_example_converts_coco_and_trains_a_torchvision_detector(tmp_path: Path)
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "converted: {'train': 9, 'val': 3} records, classes {1: 'rectangle', 2: 'ellipse'}" in result.stdout
+    assert (
+        "converted: {'train': 9, 'val': 3} records, classes {1: 'rectangle', 2: 'ellipse'}" in result.stdout
+    )
     assert "trained 3 steps" in result.stdout
     assert (tmp_path / "tfrecord" / "label_map.pbtxt").exists()

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
-__all__ = ["add_storage_options", "storage_options"]
+__all__ = ["add_storage_options", "progress_bar", "storage_options"]
 
 _HELP = (
     "fsspec storage options for URLs, as a JSON object, e.g. "
@@ -33,3 +34,14 @@ def add_storage_options(parser: argparse.ArgumentParser) -> None:
 def storage_options(args: argparse.Namespace) -> dict[str, Any] | None:
     """The parsed ``--storage-options`` of a command, if it has them."""
     return getattr(args, "storage_options", None)
+
+
+def progress_bar(total: int, unit: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr when tqdm is installed and wanted, else None."""
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)

@@ -15,13 +15,13 @@ import dataclasses
 import logging
 import math
 import os
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
 
+from .._cli import progress_bar
 from ..errors import TFRecordError
 from ..io import StorageOptions, is_url, join
 from ..writer import RecordWriter
@@ -151,16 +151,6 @@ def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionErr
         return error
 
 
-def _progress(total: int, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return None
-    return tqdm(total=total, unit="record", file=sys.stderr, dynamic_ncols=True)
-
-
 def write_records(
     tasks: Sequence[Any],
     encode: Callable[[Any], bytes],
@@ -191,7 +181,7 @@ def write_records(
         ]
     records = {split: 0 for split in splits}
     skipped: list[str] = []
-    bar = _progress(len(order), options.progress)
+    bar = progress_bar(len(order), "record", options.progress)
     try:
         current: RecordWriter | None = None
         results = _encode_all(encode, [tasks[i] for i in order], options.jobs)
