@@ -66,7 +66,9 @@ def check(data: bytes) -> None:
         wrong = [i for i, (o, s) in enumerate(table.tolist()) if (o, s) not in known["by_entry"]]
         assert wrong, table
         read_wrong = attempt(lambda: dataset[wrong[0]])
-        assert isinstance(read_wrong, Rejected) and isinstance(read_wrong.error, tt.StaleIndexError), read_wrong
+        assert isinstance(read_wrong, Rejected) and isinstance(read_wrong.error, tt.StaleIndexError), (
+            read_wrong
+        )
     read = attempt(lambda: list(tt.read_records(known["path"], entries=table[:64])))
     if not isinstance(read, Rejected):
         expected = [known["by_entry"].get((int(o), int(s))) for o, s in table[:64]]
