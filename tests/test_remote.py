@@ -508,3 +508,14 @@ def test_gcs_write_index_and_read_with_two_workers_match_local(
     assert list(tt.read_records(paths[3], storage_options=gcs)) == list(
         tt.read_records(os.path.join(local_shards, os.path.basename(paths[3])))
     )
+
+
+def test_s3_empty_shard_reads_as_no_records(s3: tuple[str, dict[str, Any]]) -> None:
+    # S3 answers any byte range of an empty object with 416: the first-bytes probe must not ask.
+    _, options = s3
+    with tt.ShardedWriter("s3://bucket/empty/part", max_records=5, storage_options=options) as writer:
+        pass
+    (path,) = writer.shard_paths
+    assert list(tt.read_records(path, storage_options=options)) == []
+    assert tt.count_records(path, storage_options=options) == 0
+    assert len(tt.TFRecordDataset(path, storage_options=options)) == 0

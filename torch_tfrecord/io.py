@@ -108,8 +108,7 @@ def resolve_compression(
         raise ValueError(f"{compression=} must be 'auto', 'gzip', 'zlib' or None")
     name = os.fspath(path)
     if is_url(name):
-        fs, inner = remote.filesystem(name, storage_options)
-        head = remote.retrying(lambda: fs.cat_file(inner, start=0, end=16), name, "reading the first bytes")
+        head = remote.read_head(name, 16, storage_options)
     else:
         with open_binary(name) as f:
             head = f.read(16)

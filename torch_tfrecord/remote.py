@@ -276,6 +276,17 @@ def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
         return None
 
 
+def read_head(url: str, count: int, storage_options: StorageOptions = None) -> bytes:
+    """The first ``count`` bytes of the object (fewer for a shorter one; an empty object, whose
+    byte ranges S3 refuses as unsatisfiable, gives ``b""``)."""
+    size = int(file_info(url, storage_options)["size"])
+    if size == 0:
+        return b""
+    fs, path = filesystem(url, storage_options)
+    end = min(count, size)
+    return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
+
+
 def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
     """The whole object at ``url`` (retried)."""
     fs, path = filesystem(url, storage_options)
