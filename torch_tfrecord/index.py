@@ -220,7 +220,6 @@ def check_index(
     data_path: PathLike,
     index_path: PathLike,
     *,
-    size: int | None = None,
     storage_options: StorageOptions = None,
 ) -> None:
     """Checks that an index describes its data file, record after record.
@@ -229,13 +228,12 @@ def check_index(
     least 16 bytes, and end exactly at the end of the file.
 
     Args:
-        size: the data file's size, when known (else it is looked up).
+        storage_options: for the fsspec file system when ``data_path`` is a URL.
 
     Raises:
         StaleIndexError: naming both files and the first entry that does not fit.
     """
-    if size is None:
-        size = file_size(data_path, storage_options)
+    size = file_size(data_path, storage_options)
     where = f"index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
     n = len(table)
     if n == 0:
