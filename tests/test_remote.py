@@ -519,3 +519,39 @@ def test_s3_empty_shard_reads_as_no_records(s3: tuple[str, dict[str, Any]]) -> N
     assert list(tt.read_records(path, storage_options=options)) == []
     assert tt.count_records(path, storage_options=options) == 0
     assert len(tt.TFRecordDataset(path, storage_options=options)) == 0
+
+
+def test_read_ahead_needs_a_pass_and_lets_go_at_its_end() -> None:
+    data = bytes(range(256)) * 1024  # 256 KiB
+    remote.filesystem("memory://")[0].pipe_file("/passes/blob", data)
+    file = remote.RemoteFile("memory://passes/blob", len(data), read_ahead=64 << 10)
+    # Two requests that happen to follow one another (a global shuffle does that by chance):
+    # each fetches just its bytes.
+    assert file.read_ranges([1000], [100]) == [data[1000:1100]]
+    assert file.read_ranges([1100], [100]) == [data[1100:1200]]
+    assert file.requests == 2 and file._window == (0, b"") and file._pool is None
+    # A third in a row is a pass: 64 KiB are fetched, and the next 64 KiB in the background.
+    assert file.read_ranges([1200], [100]) == [data[1200:1300]]
+    assert len(file._window[1]) == 64 << 10 and file._pool is not None
+    position = 1300
+    while position < len(data):
+        size = min(5000, len(data) - position)
+        assert file.read_ranges([position], [size]) == [data[position : position + size]]
+        position += size
+    assert file._window == (0, b"") and file._pool is None  # the end of the pass frees both
+    assert file.requests <= 3 + len(data) // (64 << 10) + 1
+
+
+def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torch_tfrecord import shards
+
+    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 3)
+    paths = []
+    for i in range(5):
+        with tt.RecordWriter(f"memory://bounded/{i}.tfrecord") as writer:
+            writer.write(bytes([i]) * 10)
+        paths.append(f"memory://bounded/{i}.tfrecord")
+    files = shards.RecordFiles.from_sources(paths)
+    assert files.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
+    assert len(files._remote) == 3 and list(files._remote) == [2, 3, 4]
+    assert files.remote_requests == 5  # those of the files let go are still counted

@@ -35,7 +35,9 @@ __all__ = [
     "RemoteFile",
     "RetryPolicy",
     "StorageOptions",
+    "coalesce",
     "filesystem",
+    "is_transient",
     "is_url",
     "retrying",
     "set_retry_policy",
@@ -442,13 +444,16 @@ class RemoteFile:
         self._window: tuple[int, bytes] = (0, b"")
         self._ahead: tuple[int, Future[bytes]] | None = None
         self._last_end = -1
+        self._streak = 0  # requests in a row that began where the one before ended
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_fs=None, _window=(0, b""), _ahead=None, _pool=None, _lock=None, _last_end=-1, _pid=-1)
+        state.update(
+            _fs=None, _window=(0, b""), _ahead=None, _pool=None, _lock=None, _last_end=-1, _streak=0, _pid=-1
+        )
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -459,7 +464,8 @@ class RemoteFile:
         if self._pid != os.getpid():
             # Forked (a DataLoader worker): the parent's event loop, connections and read-ahead
             # thread do not exist here. Start afresh.
-            self._fs, self._pool, self._ahead, self._window, self._last_end = None, None, None, (0, b""), -1
+            self._fs, self._pool, self._ahead, self._window = None, None, None, (0, b"")
+            self._last_end, self._streak = -1, 0
             self._pid = os.getpid()
         if self._fs is None:
             self._fs = filesystem(self.url, self.storage_options)
@@ -526,11 +532,13 @@ class RemoteFile:
                     remote.append(r)
                 else:
                     fetched[r] = data
-            # A request that starts where the last one ended (give or take a small gap) is
-            # part of a pass through the file; a jump further ahead is a seek, not a stream.
-            sequential = (
-                len(requests) == 1 and 0 <= self._last_end <= requests[0][0] <= self._last_end + self.max_gap
-            )
+            # Two requests in a row that each start where the one before ended are a pass
+            # through the file (shuffle="shards" or False, a stream): read ahead. One such
+            # request alone happens by chance under a global shuffle, where fetching megabytes
+            # ahead would be waste.
+            contiguous = len(requests) == 1 and requests[0][0] == self._last_end
+            self._streak = self._streak + 1 if contiguous else 0
+            sequential = self._streak >= 2
             if remote:
                 spans = [requests[r][:2] for r in remote]
                 if sequential and self.read_ahead:
@@ -545,7 +553,9 @@ class RemoteFile:
                         fetched[r] = data
             if requests:
                 self._last_end = requests[-1][1]
-                if sequential or self._ahead is not None:
+                if self._last_end >= self.size:  # the pass reached the end: let go of its memory
+                    self._release()
+                elif sequential:
                     self._prefetch()
         for r, (start, _, members) in enumerate(requests):
             data = fetched[r]
@@ -585,12 +595,17 @@ class RemoteFile:
         """A sequential reader of the object from ``start``, fetching ahead in the background."""
         return _RemoteStream(self, start)  # type: ignore[return-value]
 
-    def close(self) -> None:
+    def _release(self, wait: bool = False) -> None:
+        """Drops the read-ahead window and its thread (a later pass starts them again)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=True)
             self._pool = None
         self._ahead = None
         self._window = (0, b"")
+
+    def close(self) -> None:
+        with self._lock:
+            self._release(wait=True)
 
 
 class _RemoteStream(io.RawIOBase):
@@ -600,7 +615,7 @@ class _RemoteStream(io.RawIOBase):
         super().__init__()
         self._file = file
         self._position = start
-        file._last_end = start  # reading from here on is sequential: fetch ahead from the start
+        file._last_end, file._streak = start, 1  # a stream is a pass: fetch ahead from its first read
 
     def readable(self) -> bool:
         return True

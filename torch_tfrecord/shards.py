@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -143,7 +144,11 @@ class RecordFiles:
         self.storage_options = dict(storage_options or {})
         self.tables = [np.ascontiguousarray(table, dtype=np.int64).reshape(-1, 2) for table in tables]
         self.sizes = [file_size(path, self.storage_options) for path in self.paths]
-        self._remote: dict[int, RemoteFile] = {}
+        # Remote files in use here, least recently used first (each may hold a read-ahead window).
+        self._remote: OrderedDict[int, RemoteFile] = OrderedDict()
+        self._evicted_requests = 0
+        self._remote_lock = threading.Lock()  # shards of one batch are opened from several threads
+        self._all_remote = bool(self.paths) and all(is_url(path) for path in self.paths)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
@@ -165,7 +170,7 @@ class RecordFiles:
     @property
     def remote_requests(self) -> int:
         """Ranged requests this process has made to remote files (none for local ones)."""
-        return sum(file.requests for file in self._remote.values())
+        return self._evicted_requests + sum(file.requests for file in self._remote.values())
 
     @property
     def num_records(self) -> int:
@@ -288,8 +293,9 @@ class RecordFiles:
 
     def _each_shard(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
         """``read`` of each group of records of one shard. Remote shards are read at the same
-        time (their requests overlap instead of adding up); local ones here, one after another."""
-        if len(groups) < 2 or not any(is_url(path) for path in self.paths):
+        time (their requests overlap instead of adding up); local ones here, one after another
+        (and so do mixed ones: a descriptor may be closed for another only in this thread)."""
+        if len(groups) < 2 or not self._all_remote:
             return [read(group) for group in groups]
         if self._pool is None or self._pool_pid != os.getpid():
             self._pool = ThreadPoolExecutor(
@@ -323,11 +329,18 @@ class RecordFiles:
         """How shard ``shard`` is read in this process: a descriptor or a remote file."""
         if not is_url(self.paths[shard]):
             return self._fd(shard)
-        file = self._remote.get(shard)
-        if file is None:
+        with self._remote_lock:
+            file = self._remote.get(shard)
+            if file is not None:
+                self._remote.move_to_end(shard)
+                return file
+            if len(self._remote) >= _MAX_OPEN_FILES:
+                _, oldest = self._remote.popitem(last=False)
+                self._evicted_requests += oldest.requests
+                oldest.close()  # (waits for a read of it in another thread; it stays usable)
             file = RemoteFile(self.paths[shard], self.sizes[shard], self.storage_options)
             self._remote[shard] = file
-        return file
+            return file
 
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
@@ -372,9 +385,14 @@ class RecordFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_files"] = OrderedDict()
-        state["_remote"] = {}
+        state["_remote"] = OrderedDict()
+        state["_remote_lock"] = None
         state["_pool"] = None
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._remote_lock = threading.Lock()
 
     def __del__(self) -> None:
         try:
