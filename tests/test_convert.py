@@ -8,6 +8,7 @@ below were worked out by hand.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -413,3 +414,60 @@ def test_example_converts_coco_and_trains_a_torchvision_detector(tmp_path: Path)
     )
     assert "trained 3 steps" in result.stdout
     assert (tmp_path / "tfrecord" / "label_map.pbtxt").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            lambda c: c["annotations"][0].update(image_id=[12]),
+            r"annotation 0 has no integer or string 'image_id'",
+        ),
+        (lambda c: c["images"][1].update(file_name=5), r"image entry 1 needs an integer or string 'id'"),
+        (lambda c: c["images"].append("street.jpg"), r"image entry 3 needs"),
+        (
+            lambda c: c["annotations"][2].update(segmentation=[7]),
+            r"image id 3 .*annotation 103: object of type .int. has no len",
+        ),
+        (
+            lambda c: c["annotations"][2].update(area=None),
+            r"image id 3 .*annotation 103: float.. argument must be",
+        ),
+    ],
+)
+def test_coco_fields_of_the_wrong_type_are_conversion_errors(
+    coco_images: Path, tmp_path: Path, change: Any, message: str
+) -> None:
+    coco = json.loads((DATA / "coco" / "instances.json").read_text())
+    change(coco)
+    annotations = tmp_path / "odd.json"
+    annotations.write_text(json.dumps(coco))
+    with pytest.raises(convert.ConversionError, match=message):
+        convert.convert_coco(str(annotations), str(coco_images), str(tmp_path / "out"), segmentation=True)
+
+
+def test_csv_column_types_are_checked(tmp_path: Path) -> None:
+    table = tmp_path / "rows.csv"
+    table.write_text("a,b\n1,2\n")
+    with pytest.raises(
+        convert.ConversionError, match=r"rows\.csv: column types must be one of int, float, bytes"
+    ):
+        convert.convert_csv(str(table), str(tmp_path / "out"), types={"a": "floaty"})
+    with pytest.raises(convert.ConversionError, match="is not COLUMN:TYPE"):
+        convert.parse_types("a:floaty")
+
+
+def test_preview_names_the_record_whose_image_does_not_decode(tmp_path: Path) -> None:
+    from torch_tfrecord.preview import render_grid
+
+    good = io.BytesIO()
+    PILImage.new("RGB", (8, 8)).save(good, format="PNG")
+    records = [
+        tt.encode_example({"image/encoded": tt.BytesList([good.getvalue()])}),
+        tt.encode_example({"image/encoded": tt.BytesList([b"\x89PNG\r\n\x1a\n broken"])}),
+    ]
+    with pytest.raises(tt.FeatureError, match=r"feature 'image/encoded' of record 1 of 'x.tfrecord'") as info:
+        render_grid(records, locations=["record 0 of 'x.tfrecord'", "record 1 of 'x.tfrecord'"])
+    assert info.value.key == "image/encoded"
+    with pytest.raises(tt.FeatureError, match="none of the 1 records holds an image"):
+        render_grid([tt.encode_example({"label": 1})])

@@ -129,15 +129,17 @@ def _cmd_preview(args: argparse.Namespace) -> int:
     from .preview import render_grid
 
     options = storage_options(args)
-    records = []
+    records: list[bytes] = []
+    locations: list[str] = []
     for path in expand_sources(args.path, options):
-        for payload in read_records(path, storage_options=options):
+        for number, payload in enumerate(read_records(path, storage_options=options)):
             records.append(payload)
+            locations.append(f"record {number} of {path!r}")
             if len(records) >= args.n:
                 break
         if len(records) >= args.n:
             break
-    sheet = render_grid(records, cell=args.cell)
+    sheet = render_grid(records, locations=locations, cell=args.cell)
     sheet.save(args.out)
     print(f"{args.out}: {len(records)} records, {sheet.width}x{sheet.height} pixels")
     return 0

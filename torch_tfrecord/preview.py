@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from .errors import FeatureError
 from .inspect import describe_record
 
 __all__ = ["render_grid"]
@@ -67,12 +68,23 @@ def _boxes(features: dict[str, tuple[str, list[Any]]]) -> list[tuple[float, floa
     return out
 
 
-def render_grid(records: Sequence[bytes], *, cell: int = 256, columns: int | None = None) -> Any:
+def render_grid(
+    records: Sequence[bytes],
+    *,
+    locations: Sequence[str] | None = None,
+    cell: int = 256,
+    columns: int | None = None,
+) -> Any:
     """A grid of the records' images (each fitted into ``cell`` x ``cell``), captioned with the
     label or file name, boxes drawn in a colour per class with the class name.
 
+    Args:
+        records: serialized Examples; those without an image feature are left out.
+        locations: where each record came from, for error messages.
+
     Raises:
-        ValueError: no record holds an image.
+        FeatureError: an image feature that does not decode (naming the key and the record),
+            or no record with an image at all.
         ImportError: Pillow is missing.
     """
     try:
@@ -90,11 +102,18 @@ def render_grid(records: Sequence[bytes], *, cell: int = 256, columns: int | Non
         try:
             image = Image.open(io.BytesIO(features[key][1][0]))
             image.load()
-        except Exception as error:
-            raise ValueError(f"record {number}: feature {key!r} is not a decodable image ({error})") from None
+        except Exception as error:  # Pillow raises several kinds for bad image data
+            where = locations[number] if locations is not None else f"record {number}"
+            raise FeatureError(
+                f"feature {key!r} of {where} is not a decodable image ({type(error).__name__}: {error})",
+                key=key,
+                record=where,
+            ) from None
         tiles.append((image.convert("RGB"), _caption(features, number), _boxes(features)))
     if not tiles:
-        raise ValueError("no record holds an image (a bytes feature such as 'image/encoded')")
+        raise FeatureError(
+            f"none of the {len(records)} records holds an image (a bytes feature such as 'image/encoded')"
+        )
     columns = columns or math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / columns)
     caption_height = 16

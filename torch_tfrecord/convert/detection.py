@@ -134,14 +134,18 @@ def coco_tasks(
         contiguous[coco_id] = label
     annotations: dict[Any, list[dict[str, Any]]] = {}
     for number, annotation in enumerate(coco.get("annotations") or []):
-        if not isinstance(annotation, dict) or "image_id" not in annotation:
-            raise ConversionError(f"{source}: annotation {number} has no 'image_id'")
+        if not isinstance(annotation, dict) or not isinstance(annotation.get("image_id"), int | str):
+            raise ConversionError(f"{source}: annotation {number} has no integer or string 'image_id'")
         annotations.setdefault(annotation["image_id"], []).append(annotation)
+    for number, image in enumerate(coco["images"]):
+        if not (isinstance(image, dict) and isinstance(image.get("file_name"), str)) or not isinstance(
+            image.get("id"), int | str
+        ):
+            raise ConversionError(
+                f"{source}: image entry {number} needs an integer or string 'id' and a 'file_name'"
+            )
     tasks = []
-    images = sorted(coco["images"], key=lambda image: (str(type(image.get("id"))), image.get("id")))
-    for number, image in enumerate(images):
-        if not isinstance(image, dict) or "file_name" not in image or "id" not in image:
-            raise ConversionError(f"{source}: image entry {number} needs 'id' and 'file_name'")
+    for image in sorted(coco["images"], key=lambda image: (isinstance(image["id"], str), image["id"])):
         where = f"{source} image id {image['id']} ({image['file_name']!r})"
         found = annotations.get(image["id"], [])
         if drop_empty and not found:
@@ -151,7 +155,7 @@ def coco_tasks(
         for annotation in found:
             try:
                 boxes.append(_coco_box(annotation, contiguous, label_map, with_polygons))
-            except ValueError as problem:
+            except (ValueError, TypeError) as problem:  # a field of the wrong type or value
                 failure = f"annotation {annotation.get('id', '?')}: {problem}"
                 break
         tasks.append(
@@ -249,7 +253,7 @@ def voc_tasks(
         for number, obj in enumerate(root.iter("object")):
             try:
                 boxes.append(_voc_box(obj, label_map))
-            except ValueError as bad:
+            except (ValueError, TypeError) as bad:
                 problem = f"object {number}: {bad}"
                 break
         if drop_empty and not boxes and problem is None:

@@ -33,7 +33,7 @@ def parse_types(text: str) -> dict[str, str]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         column, sep, kind = part.rpartition(":")
         if not sep or kind not in COLUMN_TYPES or not column:
-            raise ValueError(
+            raise ConversionError(
                 f"--spec entry {part!r} is not COLUMN:TYPE with TYPE one of {', '.join(COLUMN_TYPES)}"
             )
         types[column] = kind
@@ -95,6 +95,9 @@ def csv_tasks(
     except csv.Error as error:
         raise ConversionError(f"{source} line {reader.line_num}: {error}") from None
     given = dict(types or {})
+    wrong = {column: kind for column, kind in given.items() if kind not in COLUMN_TYPES}
+    if wrong:
+        raise ConversionError(f"{source}: column types must be one of {', '.join(COLUMN_TYPES)}, got {wrong}")
     unknown = sorted(set(given) - set(header))
     if unknown:
         raise ConversionError(f"{source}: --spec names columns that are not in the header: {unknown}")
