@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .._atomic import atomic_write
 from ..io import StorageOptions, is_url, join
 from ..remote import read_bytes, write_bytes
 from ._write import ConversionError, ConversionResult, WriteOptions, write_records
@@ -72,10 +73,8 @@ def write_label_map(label_map: LabelMap, path: str, storage_options: StorageOpti
     if is_url(path):
         write_bytes(path, data, storage_options)
         return
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with open(temporary, "wb") as f:
+    with atomic_write(path) as f:
         f.write(data)
-    os.replace(temporary, path)
 
 
 def _label_map(value: LabelMap | str | None, storage_options: StorageOptions) -> LabelMap | None:
