@@ -25,7 +25,6 @@ from .._cli import progress_bar
 from ..errors import TFRecordError
 from ..io import StorageOptions, is_url, join
 from ..writer import RecordWriter
-from .label_map import LabelMap
 
 __all__ = ["ConversionError", "ConversionResult", "WriteOptions", "write_records"]
 
@@ -152,10 +151,7 @@ def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionErr
 
 
 def write_records(
-    tasks: Sequence[Any],
-    encode: Callable[[Any], bytes],
-    options: WriteOptions,
-    label_map: LabelMap | None = None,
+    tasks: Sequence[Any], encode: Callable[[Any], bytes], options: WriteOptions
 ) -> ConversionResult:
     """Encodes every task and writes the records as split, sharded, indexed TFRecord files.
 
@@ -167,26 +163,24 @@ def write_records(
     if not is_url(options.out_dir):
         os.makedirs(options.out_dir, exist_ok=True)
     order = [i for indices in splits.values() for i in indices]
-    plan: list[tuple[str, int, int]] = []  # (split, shard, shards) of each task of `order`
-    for split, indices in splits.items():
-        shards = shard_count(len(indices), options)
-        plan.extend((split, len(indices) and i * shards // len(indices), shards) for i in range(len(indices)))
-    writers: dict[tuple[str, int], RecordWriter] = {}
+    plan: list[tuple[str, int]] = []  # (split, shard) of each task of `order`: contiguous runs
     names: dict[str, list[str]] = {}
     for split, indices in splits.items():
         shards = shard_count(len(indices), options)
+        plan.extend((split, i * shards // len(indices)) for i in range(len(indices)))
         stem = f"{options.name}-{split}" if split else options.name
         names[split] = [
             join(options.out_dir, f"{stem}-{k:05d}-of-{shards:05d}.tfrecord") for k in range(shards)
         ]
+    writers: dict[tuple[str, int], RecordWriter] = {}
     records = {split: 0 for split in splits}
     skipped: list[str] = []
     bar = progress_bar(len(order), "record", options.progress)
     try:
         current: RecordWriter | None = None
         results = _encode_all(encode, [tasks[i] for i in order], options.jobs)
-        for (split, shard, _), result in zip(plan, results, strict=True):
-            key = (split, shard)
+        for key, result in zip(plan, results, strict=True):
+            split, shard = key
             if key not in writers:
                 if current is not None:
                     current._finish()
