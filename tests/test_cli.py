@@ -69,3 +69,21 @@ def test_console_script_and_module_entry(records_dir: Path) -> None:
         )
         assert result.returncode == 0, result.stderr
         assert "11  total" in result.stdout
+
+
+def test_verify_lists_every_damaged_record_with_its_offset(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch_tfrecord as tt
+
+    path = tmp_path / "two-bad.tfrecord"
+    with tt.RecordWriter(str(path), write_index=False) as writer:
+        for i in range(5):
+            writer.write(bytes([i]) * 20)
+    data = bytearray(path.read_bytes())
+    for record in (1, 3):  # one payload byte of each: the framing still chains
+        data[record * 36 + 12] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert main(["verify", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "2 problems" in out and "at byte 36 (record 1)" in out and "at byte 108 (record 3)" in out

@@ -51,18 +51,27 @@ def _cmd_count(args: argparse.Namespace) -> int:
 def _verify_one(path: str, options: dict[str, Any] | None) -> list[str]:
     """Checks every record's CRCs and the index, if any: each problem found (none: the file is good).
 
-    When the framing is intact (the record headers can be walked), every damaged record is
-    reported with its offset; otherwise the first break in the framing is.
+    One pass when the file is good. When it is not and the framing is intact (the record
+    headers can be walked), every damaged record is reported with its offset; otherwise the
+    first break in the framing is.
     """
     compression = resolve_compression("auto", path, options)
     stats = ReadStats()
-    if compression is None:
-        table = build_index(path, storage_options=options)  # headers only: fails where framing breaks
-        for _ in read_records(path, entries=table, on_error="skip", stats=stats, storage_options=options):
-            pass
-    else:
-        for _ in read_records(path, verify_crc=True, stats=stats, storage_options=options):
-            pass
+    for _ in read_records(
+        path, compression=compression, on_error="skip", stats=stats, storage_options=options
+    ):
+        pass
+    if stats.errors and compression is None:
+        # A sequential read stops at the first damage. Where the record headers still chain,
+        # a second pass reads every record by its offset, to list each damaged one.
+        try:
+            table = build_index(path, storage_options=options)
+        except TFRecordError:
+            pass  # the framing itself breaks there: the first error is all there is to say
+        else:
+            stats = ReadStats()
+            for _ in read_records(path, entries=table, on_error="skip", stats=stats, storage_options=options):
+                pass
     problems = list(stats.errors)
     index_path = default_index_path(path)
     if compression is None and exists(index_path, options):
