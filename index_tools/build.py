@@ -6,10 +6,11 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from typing import Literal
 
 from torch_tfrecord import remote
+from torch_tfrecord._processes import process_pool
 from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
 from torch_tfrecord.index import build_index, default_index_path, load_index, save_index
 from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join
@@ -146,7 +147,7 @@ def build_indexes(
             if on_result is not None:
                 on_result(results[i])
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with process_pool(jobs) as pool:
             futures = {
                 pool.submit(_build_one, name, index_path, force, verify_crc, storage_options): i
                 for i, (name, index_path) in enumerate(zip(names, index_paths))

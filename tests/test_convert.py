@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import json
+import multiprocessing
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord import convert
+from torch_tfrecord.convert._write import WriteOptions, write_records
 from torch_tfrecord.vision import decode_image, to_detection_target
 
 PIL = pytest.importorskip("PIL")
@@ -275,8 +278,38 @@ def test_coco_bad_input_names_the_file_and_record(
     with pytest.raises(convert.ConversionError, match=message):
         convert.convert_coco(str(annotations), str(coco_images), str(out), jobs=2)
     assert not list(out.glob("*.tfrecord"))
+    assert not multiprocessing.active_children()  # the encoding workers are gone with the error
     result = convert.convert_coco(str(annotations), str(coco_images), str(out), on_error="skip")
     assert result.records == {"": 2} and len(result.skipped) == 1
+
+
+@pytest.mark.timeout(120)
+def test_encoding_workers_do_not_inherit_the_callers_locks(tmp_path: Path) -> None:
+    """A thread of the caller holds a lock the encoder takes: a forked worker would inherit it
+    held and hang; the pool's spawned workers start clean (the caller's lock stays held)."""
+    import lock_encoder
+
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock_encoder.LOCK:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    try:
+        result = write_records(
+            list(range(40)), lock_encoder.encode_under_lock, WriteOptions(str(tmp_path), shards=3, jobs=2)
+        )
+    finally:
+        release.set()
+        holder.join()
+    assert result.records == {"": 40}
+    tasks = [int(r["task"][0]) for r in _read(result.shards[""], {"task": tt.FixedLen((1,), torch.int64)})]
+    assert tasks == list(range(40))
+    assert not multiprocessing.active_children()
 
 
 def test_coco_malformed_json(tmp_path: Path) -> None:

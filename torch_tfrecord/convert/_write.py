@@ -11,17 +11,18 @@ final name.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
 
 from .._cli import progress_bar
+from .._processes import process_pool
 from ..errors import TFRecordError
 from ..io import StorageOptions, is_url, join
 from ..writer import RecordWriter
@@ -129,18 +130,23 @@ def shard_count(count: int, options: WriteOptions) -> int:
     return max(1, math.ceil(count / per_shard))
 
 
-def _encode_all(
+@contextlib.contextmanager
+def _encoded(
     encode: Callable[[Any], bytes], tasks: Sequence[Any], jobs: int
-) -> Iterator[bytes | ConversionError]:
-    """Each task's record, or its error, in task order."""
-
+) -> Iterator[Iterator[bytes | ConversionError]]:
+    """Each task's record, or its error, in task order; with ``jobs > 1`` from a process pool
+    that lives exactly as long as the ``with`` block: leaving it early (the first bad record
+    with ``on_error="raise"``, an interrupt) cancels the tasks not yet started and waits for
+    the workers, instead of leaving them running until the garbage collector finds them."""
     if jobs <= 1 or len(tasks) < 2:
-        for task in tasks:
-            yield _attempt(encode, task)
+        yield (_attempt(encode, task) for task in tasks)
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
+    pool = process_pool(jobs)
+    try:
         chunk = max(1, min(64, len(tasks) // (jobs * 8)))
-        yield from pool.map(_attempt, [encode] * len(tasks), tasks, chunksize=chunk)
+        yield pool.map(_attempt, [encode] * len(tasks), tasks, chunksize=chunk)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionError:
@@ -178,25 +184,25 @@ def write_records(
     bar = progress_bar(len(order), "record", options.progress)
     try:
         current: RecordWriter | None = None
-        results = _encode_all(encode, [tasks[i] for i in order], options.jobs)
-        for key, result in zip(plan, results, strict=True):
-            split, shard = key
-            if key not in writers:
-                if current is not None:
-                    current._finish()
-                current = writers[key] = RecordWriter(
-                    names[split][shard], storage_options=options.storage_options
-                )
-            if bar is not None:
-                bar.update(1)
-            if isinstance(result, ConversionError):
-                if options.on_error == "raise":
-                    raise result
-                skipped.append(str(result))
-                logger.warning("skipping: %s", result)
-                continue
-            writers[key].write(result)
-            records[split] += 1
+        with _encoded(encode, [tasks[i] for i in order], options.jobs) as results:
+            for key, result in zip(plan, results, strict=True):
+                split, shard = key
+                if key not in writers:
+                    if current is not None:
+                        current._finish()
+                    current = writers[key] = RecordWriter(
+                        names[split][shard], storage_options=options.storage_options
+                    )
+                if bar is not None:
+                    bar.update(1)
+                if isinstance(result, ConversionError):
+                    if options.on_error == "raise":
+                        raise result
+                    skipped.append(str(result))
+                    logger.warning("skipping: %s", result)
+                    continue
+                writers[key].write(result)
+                records[split] += 1
         if current is not None:
             current._finish()
         # Shards that got no task (more shards than records) are written empty, so every
