@@ -255,6 +255,13 @@ CORNERS: list[tuple[str, bytes, Mapping[str, Any]]] = [
     ("truncated varint in a packed list", example(entry(b"x", ld(3, ld(1, b"\x81")))), I),
     ("length past the end", ld(1, b"abc")[:-1], I),
     ("length of 2**31", tag(1, 2) + varint(2**31) + b"x", I),
+    ("length 0 in 5 bytes", example(ld(1, ld(1, b"x") + tag(2, 2) + b"\x80\x80\x80\x80\x00")), I),
+    ("length 0 in 6 bytes", example(ld(1, ld(1, b"x") + tag(2, 2) + b"\x80\x80\x80\x80\x80\x00")), I),
+    (
+        "list length in 10 bytes",
+        example(entry(b"x", tag(3, 2) + b"\x83" + b"\x80" * 8 + b"\x00" + ld(1, b"\x01"))),
+        I,
+    ),
     ("length of 2**63", tag(1, 2) + varint(2**63) + b"x", I),
     ("fixed64 cut short", tag(9, 1) + b"1234567", I),
     ("invalid UTF-8 key", example(entry(b"\xff", ints(1))), I),

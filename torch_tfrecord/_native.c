@@ -11,10 +11,11 @@
  * enclosing message; no allocation is sized from a length field, only from bytes actually
  * present (a column grows as values are appended, and values come from input bytes).
  * Everything the protobuf runtime (upb) rejects is rejected here too: malformed varints,
- * lengths past the end, bad wire types, field number 0, unterminated or mismatched groups,
- * packed float payloads that are not a multiple of 4, invalid UTF-8 in map keys. Unknown
- * fields and known fields with an unexpected wire type are skipped, as upb keeps them as
- * unknown fields. The Python layer turns a rejection into the reference decoder's exact error.
+ * lengths past the end or of more than 5 bytes, bad wire types, field number 0, unterminated
+ * or mismatched groups, packed float payloads that are not a multiple of 4, invalid UTF-8 in
+ * map keys. Unknown fields and known fields with an unexpected wire type are skipped, as upb
+ * keeps them as unknown fields. The Python layer turns a rejection into the reference
+ * decoder's exact error.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -287,11 +288,13 @@ static inline int read_tag(const uint8_t **pp, const uint8_t *end, uint32_t *fie
     return read_any_tag(pp, end, field, wire, 0);
 }
 
-/* A length-delimited payload: [*pp, *pp + len) inside end. */
+/* A length-delimited payload: [*pp, *pp + len) inside end. The length is a varint of at most
+ * 5 bytes, as upb and the C++ runtime read it (a longer, zero-padded one is malformed there). */
 static inline int read_len(const uint8_t **pp, const uint8_t *end, const uint8_t **sub_end) {
     uint64_t len;
+    const uint8_t *start = *pp;
     if (!read_varint(pp, end, &len)) return 0;
-    if (len > 0x7FFFFFFFu || len > (uint64_t)(end - *pp)) return 0;
+    if (*pp - start > 5 || len > 0x7FFFFFFFu || len > (uint64_t)(end - *pp)) return 0;
     *sub_end = *pp + len;
     return 1;
 }
