@@ -18,6 +18,15 @@ def test_fixed_len_validates_at_construction() -> None:
     assert huge.default == (0.5,)
     with pytest.raises(tt.SpecError, match="no record can"):
         tt.FixedLen((1 << 20, 1 << 20), torch.float32, default=0.5)
+    # Empty, yet its strides would overflow (torch: "Stride calculation overflowed" on use).
+    assert tt.FixedLen((0, 1 << 16, 1 << 14), torch.float64).shape == (0, 1 << 16, 1 << 14)
+    for shape in ((0, 1 << 40, 1 << 40), (1 << 40, 0)):
+        with pytest.raises(tt.SpecError, match="other than 0 multiply to"):
+            tt.FixedLen(shape, torch.float64, default=1.0)
+        with pytest.raises(tt.SpecError, match="other than 0 multiply to"):
+            tt.FixedLenSequence(shape, torch.float64)
+    with pytest.raises(tt.SpecError, match="other than 0 multiply to"):
+        tt.RawTensor(torch.uint8, (0, -1, 1 << 40))
     with pytest.raises(tt.SpecError, match="non-negative ints"):
         tt.FixedLen(2.0, torch.float32)  # type: ignore[arg-type]
     with pytest.raises(tt.SpecError, match="must hold bytes"):

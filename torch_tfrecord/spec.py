@@ -80,7 +80,19 @@ def _numel(shape: tuple[int, ...], name: str) -> int:
         raise SpecError(
             f"{name} {shape} holds {numel} values: no record can (a serialized Example is under 2 GiB)"
         )
+    _check_extent(shape, name)
     return numel
+
+
+def _check_extent(dims: tuple[int | str, ...], name: str) -> None:
+    """The fixed dimensions other than 0 (and -1) multiply to at most 2**31 - 1: they are the
+    strides of the tensor even when a 0 leaves it empty, and torch cannot lay out more."""
+    extent = math.prod(d for d in dims if isinstance(d, int) and d > 0)
+    if extent > _MAX_VALUES:
+        raise SpecError(
+            f"{name} {dims}: its dimensions other than 0 multiply to {extent}, more than "
+            f"{_MAX_VALUES} (the strides of such a tensor overflow, even an empty one)"
+        )
 
 
 def _default(default: Any, dtype: Any, shape: tuple[int, ...], name: str) -> Any:
@@ -280,6 +292,7 @@ class RawTensor:
                 )
         if sum(1 for d in dims if d == -1) > 1:
             raise SpecError(f"RawTensor shape may hold -1 once, got {self.shape!r}")
+        _check_extent(dims, "RawTensor shape")
         object.__setattr__(self, "shape", dims)
 
     @property
