@@ -114,7 +114,8 @@ def build_indexes(
 
     Args:
         paths: uncompressed TFRecord files (paths or URLs).
-        jobs: worker processes (default: the number of CPUs; 1 runs in this process).
+        jobs: worker processes (default: the number of CPUs; 1 runs in this process). They are
+            spawned, not forked: a script calls this under ``if __name__ == "__main__":``.
         force: rebuild indexes that are already fresh.
         verify_crc: also check every payload CRC while building.
         out_dir: write indexes there instead of beside the data (a directory or URL prefix).

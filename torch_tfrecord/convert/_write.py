@@ -49,7 +49,8 @@ class WriteOptions:
         max_records_per_shard: start a new shard after this many records (default 1024).
         split: ``{"train": 0.8, "val": 0.2}``: ratios, shuffled with ``seed``; None: one set.
         seed: seed of the split.
-        jobs: encoding processes (1: this process).
+        jobs: encoding processes (1: this process). They are spawned, not forked: a script
+            that converts with ``jobs > 1`` does so under ``if __name__ == "__main__":``.
         on_error: ``"raise"`` stops at the first bad record (nothing written under a final
             name); ``"skip"`` leaves bad records out, counts them and logs each.
         progress: show a tqdm progress bar on stderr (when tqdm is installed).
