@@ -246,6 +246,15 @@ def test_coco_label_map_given_fixes_the_ids(coco_images: Path, tmp_path: Path) -
         )
 
 
+def _changed_coco(tmp_path: Path, change: Any) -> Path:
+    """The hand-checked COCO file with ``change`` applied to its parsed JSON, written anew."""
+    coco = json.loads((DATA / "coco" / "instances.json").read_text())
+    change(coco)
+    annotations = tmp_path / "changed.json"
+    annotations.write_text(json.dumps(coco))
+    return annotations
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
@@ -270,10 +279,7 @@ def test_coco_label_map_given_fixes_the_ids(coco_images: Path, tmp_path: Path) -
 def test_coco_bad_input_names_the_file_and_record(
     coco_images: Path, tmp_path: Path, change: Any, message: str
 ) -> None:
-    coco = json.loads((DATA / "coco" / "instances.json").read_text())
-    change(coco)
-    annotations = tmp_path / "bad.json"
-    annotations.write_text(json.dumps(coco))
+    annotations = _changed_coco(tmp_path, change)
     out = tmp_path / "out"
     with pytest.raises(convert.ConversionError, match=message):
         convert.convert_coco(str(annotations), str(coco_images), str(out), jobs=2)
@@ -471,10 +477,7 @@ def test_example_converts_coco_and_trains_a_torchvision_detector(tmp_path: Path)
 def test_coco_fields_of_the_wrong_type_are_conversion_errors(
     coco_images: Path, tmp_path: Path, change: Any, message: str
 ) -> None:
-    coco = json.loads((DATA / "coco" / "instances.json").read_text())
-    change(coco)
-    annotations = tmp_path / "odd.json"
-    annotations.write_text(json.dumps(coco))
+    annotations = _changed_coco(tmp_path, change)
     with pytest.raises(convert.ConversionError, match=message):
         convert.convert_coco(str(annotations), str(coco_images), str(tmp_path / "out"), segmentation=True)
 
