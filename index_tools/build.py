@@ -10,7 +10,7 @@ from concurrent.futures import as_completed
 from typing import Literal
 
 from torch_tfrecord import remote
-from torch_tfrecord._processes import process_pool
+from torch_tfrecord._processes import worker_processes
 from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
 from torch_tfrecord.index import build_index, default_index_path, load_index, save_index
 from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join
@@ -148,7 +148,7 @@ def build_indexes(
             if on_result is not None:
                 on_result(results[i])
     else:
-        with process_pool(jobs) as pool:
+        with worker_processes(jobs) as pool:
             futures = {
                 pool.submit(_build_one, name, index_path, force, verify_crc, storage_options): i
                 for i, (name, index_path) in enumerate(zip(names, index_paths))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from torch_tfrecord._cli import add_storage_options, progress_bar, storage_options
+from torch_tfrecord._processes import WorkerDiedError
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.index import load_index
 from torch_tfrecord.io import expand_sources
@@ -149,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status: int = args.run(args)
-    except (TFRecordError, ValueError, ImportError) as error:
+    except (TFRecordError, ValueError, ImportError, WorkerDiedError) as error:
         print(f"tfrecord-index: error: {error}", file=sys.stderr)
         return 2
     return status

@@ -12,6 +12,8 @@ import io
 import json
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,6 +24,7 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord import convert
+from torch_tfrecord._processes import WorkerDiedError
 from torch_tfrecord.convert._write import WriteOptions, write_records
 from torch_tfrecord.vision import decode_image, to_detection_target
 
@@ -293,12 +296,12 @@ def test_coco_bad_input_names_the_file_and_record(
 def test_encoding_workers_do_not_inherit_the_callers_locks(tmp_path: Path) -> None:
     """A thread of the caller holds a lock the encoder takes: a forked worker would inherit it
     held and hang; the pool's spawned workers start clean (the caller's lock stays held)."""
-    import lock_encoder
+    import encoders
 
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with lock_encoder.LOCK:
+        with encoders.LOCK:
             held.set()
             release.wait()
 
@@ -307,7 +310,7 @@ def test_encoding_workers_do_not_inherit_the_callers_locks(tmp_path: Path) -> No
     held.wait()
     try:
         result = write_records(
-            list(range(40)), lock_encoder.encode_under_lock, WriteOptions(str(tmp_path), shards=3, jobs=2)
+            list(range(40)), encoders.encode_under_lock, WriteOptions(str(tmp_path), shards=3, jobs=2)
         )
     finally:
         release.set()
@@ -316,6 +319,50 @@ def test_encoding_workers_do_not_inherit_the_callers_locks(tmp_path: Path) -> No
     tasks = [int(r["task"][0]) for r in _read(result.shards[""], {"task": tt.FixedLen((1,), torch.int64)})]
     assert tasks == list(range(40))
     assert not multiprocessing.active_children()
+
+
+def test_a_worker_that_dies_is_a_clear_error_and_leaves_nothing(tmp_path: Path) -> None:
+    import encoders
+
+    with pytest.raises(WorkerDiedError, match="worker process died.*killed.*__name__"):
+        write_records(list(range(10)), encoders.die, WriteOptions(str(tmp_path / "out"), jobs=2))
+    assert not list((tmp_path / "out").glob("*.tfrecord"))
+    assert not multiprocessing.active_children()
+
+
+_SCRIPT = """
+import sys
+from torch_tfrecord import convert
+
+def main():
+    result = convert.convert_csv(sys.argv[1], sys.argv[2], jobs=2)
+    print("records", result.total)
+
+{call}
+"""
+
+
+@pytest.mark.parametrize("guarded", [True, False])
+def test_scripts_that_convert_in_parallel_need_the_main_guard(tmp_path: Path, guarded: bool) -> None:
+    """Workers are spawned: with the guard a script converts; without it, each worker runs the
+    script again, and the error says so (instead of a bare BrokenProcessPool)."""
+    table = tmp_path / "rows.csv"
+    table.write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(50)))
+    script = tmp_path / "convert_rows.py"
+    call = 'if __name__ == "__main__":\n    main()' if guarded else "main()"
+    script.write_text(_SCRIPT.format(call=call))
+    out = tmp_path / "out"
+    run = subprocess.run(
+        [sys.executable, str(script), str(table), str(out)], capture_output=True, text=True, timeout=300
+    )
+    if guarded:
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.split() == ["records", "50"]
+    else:
+        assert run.returncode != 0
+        assert "WorkerDiedError" in run.stderr and 'lacks `if __name__ == "__main__":`' in run.stderr
+        assert "current process has finished its bootstrapping phase" in run.stderr  # the worker's own error
+        assert not list(out.glob("*.tfrecord"))
 
 
 def test_coco_malformed_json(tmp_path: Path) -> None:

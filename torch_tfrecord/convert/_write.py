@@ -22,7 +22,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._cli import progress_bar
-from .._processes import process_pool
+from .._processes import worker_processes
 from ..errors import TFRecordError
 from ..io import StorageOptions, is_url, join
 from ..writer import RecordWriter
@@ -135,19 +135,15 @@ def shard_count(count: int, options: WriteOptions) -> int:
 def _encoded(
     encode: Callable[[Any], bytes], tasks: Sequence[Any], jobs: int
 ) -> Iterator[Iterator[bytes | ConversionError]]:
-    """Each task's record, or its error, in task order; with ``jobs > 1`` from a process pool
-    that lives exactly as long as the ``with`` block: leaving it early (the first bad record
-    with ``on_error="raise"``, an interrupt) cancels the tasks not yet started and waits for
-    the workers, instead of leaving them running until the garbage collector finds them."""
+    """Each task's record, or its error, in task order; with ``jobs > 1`` from worker processes
+    that live as long as the ``with`` block (leaving it early, at the first bad record with
+    ``on_error="raise"`` or on an interrupt, cancels the rest and waits for the workers)."""
     if jobs <= 1 or len(tasks) < 2:
         yield (_attempt(encode, task) for task in tasks)
         return
-    pool = process_pool(jobs)
-    try:
+    with worker_processes(jobs) as pool:
         chunk = max(1, min(64, len(tasks) // (jobs * 8)))
         yield pool.map(_attempt, [encode] * len(tasks), tasks, chunksize=chunk)
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionError:
