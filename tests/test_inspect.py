@@ -139,6 +139,30 @@ def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.
     assert "train: " in out and "val: " in out and "label map:" in out
 
 
+def test_convert_cli_uses_processes_only_to_reencode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default --jobs: 1 for images stored as they are, the CPU count with --reencode
+    (benchmarks/bench_convert.py measured where processes pay); --jobs overrides both."""
+    import os
+
+    from torch_tfrecord import convert
+
+    jobs: list[int] = []
+    real = convert.write_records
+
+    def recording(tasks, encode, options):  # type: ignore[no-untyped-def]
+        jobs.append(options.jobs)
+        return real(tasks, encode, options)
+
+    monkeypatch.setattr(convert, "write_records", recording)
+    for name in ("cat", "dog"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        PILImage.new("RGB", (32, 24)).save(tmp_path / "images" / name / "a.jpg")
+    for extra in ([], ["--reencode"], ["--jobs", "1", "--reencode"]):
+        argv = ["convert", "image-folder", str(tmp_path / "images"), "--out", str(tmp_path / f"o{len(jobs)}")]
+        assert main([*argv, *extra, "--quiet"]) == 0
+    assert jobs == [1, os.cpu_count() or 1, 1]
+
+
 def test_every_command_has_help_with_an_example() -> None:
     for command in (
         ["head"],
