@@ -25,13 +25,13 @@ import io
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 
 import numpy as np
+from _tensorflow import run_script
 
 import torch_tfrecord as tt
 from torch_tfrecord import convert
@@ -129,14 +129,7 @@ print(len(items), statistics.median(times))
 
 
 def tensorflow(tf_python: str, root: str, out: str, repeats: int) -> tuple[float, int]:
-    result = subprocess.run(
-        [tf_python, "-c", _TF_SCRIPT, root, out, str(repeats)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
-    )
-    images, seconds = result.stdout.split()
+    images, seconds = run_script(tf_python, _TF_SCRIPT, root, out, str(repeats))
     return float(seconds), int(images)
 
 

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from _tensorflow import run_script
 
 import torch_tfrecord as tt
 from torch_tfrecord.index import decode_index, encode_index, index_from_sizes
@@ -89,16 +90,7 @@ print(n, statistics.median(times))
 
 
 def read_all_tensorflow(tf_python: str, paths: list[str], repeats: int) -> tuple[float, int]:
-    import subprocess
-
-    result = subprocess.run(
-        [tf_python, "-c", _TF_SCRIPT, *paths, str(repeats)],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
-    )
-    records, seconds = result.stdout.split()
+    records, seconds = run_script(tf_python, _TF_SCRIPT, *paths, str(repeats))
     return float(seconds), int(records)
 
 
