@@ -139,7 +139,9 @@ def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.
     assert "train: " in out and "val: " in out and "label map:" in out
 
 
-def test_convert_cli_uses_processes_only_to_reencode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_convert_cli_uses_processes_only_to_reencode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Default --jobs: 1 for images stored as they are, the CPU count with --reencode
     (benchmarks/bench_convert.py measured where processes pay); --jobs overrides both."""
     import os
@@ -161,6 +163,11 @@ def test_convert_cli_uses_processes_only_to_reencode(tmp_path: Path, monkeypatch
         argv = ["convert", "image-folder", str(tmp_path / "images"), "--out", str(tmp_path / f"o{len(jobs)}")]
         assert main([*argv, *extra, "--quiet"]) == 0
     assert jobs == [1, os.cpu_count() or 1, 1]
+    assert (
+        main(["convert", "image-folder", str(tmp_path / "images"), "--out", str(tmp_path / "z"), "-j", "0"])
+        == 2
+    )
+    assert "jobs=0 must be positive" in capsys.readouterr().err
 
 
 def test_every_command_has_help_with_an_example() -> None:

@@ -172,16 +172,18 @@ def _split(text: str | None) -> dict[str, float] | None:
 def _cmd_convert(args: argparse.Namespace) -> int:
     from . import convert
 
+    if args.jobs is None:
+        # Processes pay off where each record costs CPU (decoding and encoding images again):
+        # benchmarks/bench_convert.py, 20,000 JPEGs on 2 cores: --reencode 10.9 s with 1 job,
+        # 8.2 s with 2; header only 1.1 s with 1 job, 3.2 s with 2 (starting and feeding them).
+        args.jobs = (os.cpu_count() or 1) if getattr(args, "reencode", False) else 1
     write = {
         "name": args.name,
         "shards": args.shards,
         "max_records_per_shard": args.max_records_per_shard,
         "split": _split(args.split),
         "seed": args.seed,
-        # Processes pay off where each record costs CPU (decoding and encoding images again):
-        # benchmarks/bench_convert.py, 20,000 JPEGs on 2 cores: --reencode 10.9 s with 1 job,
-        # 8.2 s with 2; header only 1.1 s with 1 job, 3.2 s with 2 (starting and feeding them).
-        "jobs": args.jobs or ((os.cpu_count() or 1) if getattr(args, "reencode", False) else 1),
+        "jobs": args.jobs,
         "on_error": args.on_error,
         "progress": not args.quiet and sys.stderr.isatty(),
     }
