@@ -157,6 +157,21 @@ def test_missing_required_feature_list(examples_dir: Path) -> None:
         decode_sequence_batch(records, {}, spec)
 
 
+def test_feature_list_errors_name_the_record_not_the_step() -> None:
+    """A bad value in record 1's first step is record 1's fault (both decoders, every spec kind)."""
+    good = tt.encode_sequence_example({}, {"ids": [[1], [3]], "words": [[b"a"], [b"b"]]})
+    bad = tt.encode_sequence_example({}, {"ids": [[2**40], [4]], "words": [[b"\xff"], [b"c"]]})
+    for spec, error in [
+        ({"ids": VarLen(torch.int32)}, FeatureShapeError),
+        ({"ids": FixedLenSequence((), torch.int32, allow_missing=True)}, FeatureShapeError),
+        ({"words": VarLen(str)}, FeatureTypeError),
+        ({"words": FixedLenSequence((), str)}, FeatureTypeError),
+    ]:
+        with pytest.raises(error, match="of record 1 of the batch") as caught:
+            decode_sequence_batch([good, bad], {}, spec)
+        assert caught.value.record == "record 1 of the batch"
+
+
 def test_empty_record_and_untyped_empty_feature(tf_results: dict[str, Any]) -> None:
     empty = decode_batch(
         [b""], {"tokens": VarLen(torch.int64), "label": FixedLen((), torch.int64, default=42)}

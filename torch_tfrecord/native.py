@@ -27,7 +27,18 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from .ragged import Ragged
+from ._assemble import (
+    Column,
+    byte_rows,
+    byte_scalars,
+    fixed_tensor,
+    images,
+    ragged,
+    ragged_steps,
+    raw_tensor,
+    stack_raw,
+    text_steps,
+)
 from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind
 
 __all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_sequences", "decoder"]
@@ -164,128 +175,83 @@ def _run(
 
 
 class _Assembler:
-    """Turns the extension's columns into the protobuf decoder's output types.
-
-    It shares the protobuf decoder's helpers (casts, text, RawTensor, images) so both give the
-    same values and errors; they are imported where used, as codec imports this module.
-    """
+    """Turns the extension's columns into the output types, through :mod:`._assemble` as the
+    protobuf backend does, so both give the same values and errors."""
 
     def __init__(self, buffer: Any, n: int, locations: Sequence[str] | None) -> None:
         self.buffer = buffer
         self.n = n
         self.locations = locations
 
-    def numeric(self, key: str, values: Any, dtype: Any, record_of: Any) -> torch.Tensor:
-        from .codec import _cast
+    def numbers(self, values: Any, dtype: Any) -> npt.NDArray[Any]:
+        return np.frombuffer(values, dtype=np.int64 if list_kind(dtype) == "int64_list" else np.float32)
 
-        array = np.frombuffer(values, dtype=np.int64 if list_kind(dtype) == "int64_list" else np.float32)
-        return _cast(key, array, dtype, record_of)
-
-    def record_of_value(self, rows: npt.NDArray[np.int64]) -> Any:
-        from .codec import _record_of_flat
-
-        return _record_of_flat(rows, self.locations)
-
-    def byte_rows(self, key: str, spec: Any, values: Any, rows_buffer: Any, scalar: bool) -> list[Any]:
-        from .codec import _Column, _decode_str
-
+    def byte_values(self, values: Any, rows_buffer: Any, scalar: bool = False) -> list[Any]:
+        """Per record its bytes values; with ``scalar`` its only value (the extension checked)."""
         assert _native is not None
-        rows = _native.bytes_rows(self.buffer, values, rows_buffer, scalar)
-        if spec.dtype is str:
-            column = _Column(key, spec, self.locations)
-            if scalar:
-                return [row[0] for row in _decode_str(column, [[v] for v in rows])]
-            return _decode_str(column, rows)
-        return rows  # type: ignore[no-any-return]
+        return _native.bytes_rows(self.buffer, values, rows_buffer, scalar)  # type: ignore[no-any-return]
 
-    def spans(self, values: Any) -> npt.NDArray[np.int64]:
-        return np.frombuffer(values, dtype=np.int64).reshape(-1, 2)
-
-    def one_value(self, spans: npt.NDArray[np.int64], i: int) -> memoryview:
-        start, length = spans[i].tolist()
-        return memoryview(self.buffer)[start : start + length]
+    def singles(self, values: Any) -> list[memoryview]:
+        """Each record's only value (RawTensor, Image), as a view of the buffer."""
+        spans = np.frombuffer(values, dtype=np.int64).reshape(-1, 2).tolist()
+        view = memoryview(self.buffer)
+        return [view[start : start + length] for start, length in spans]
 
     def feature(self, key: str, spec: FeatureSpec, column: tuple[bytes, Any, Any, Any]) -> Any:
-        from .codec import _Column, _image, _raw_tensor, _stack_raw, _where
-
         status, rows_buffer, values, _ = column
-        rows = np.frombuffer(rows_buffer, dtype=np.int64)
-        if isinstance(spec, RawTensor | Image):
-            spans = self.spans(values)
-            where = _Column(key, spec, self.locations)
-            if isinstance(spec, Image):
-                from .vision import image_backend
-
-                image_backend()
-                return [_image(where, spec, i, bytes(self.one_value(spans, i))) for i in range(self.n)]
+        where = Column(key, spec, self.locations)
+        if isinstance(spec, Image):
+            return images(where, spec, lambda: [bytes(data) for data in self.singles(values)])
+        if isinstance(spec, RawTensor):
             dims = [int(d) for d in spec.shape]  # static or -1: named dimensions never come here
-            tensors = [
-                _raw_tensor(where, spec, i, self.one_value(spans, i), list(dims)) for i in range(self.n)
-            ]
-            return _stack_raw(spec, tensors)
+            singles = self.singles(values)
+            tensors = [raw_tensor(where, spec, i, singles[i], list(dims)) for i in range(self.n)]
+            return stack_raw(spec, tensors)
         kind = list_kind(spec.dtype)
         if isinstance(spec, FixedLen):
-            numel = math.prod(spec.shape)
             if kind == "bytes_list":
-                return self.fixed_bytes(key, spec, status, rows, values, rows_buffer)
-            tensor = self.numeric(
-                key, values, spec.dtype, lambda p: _where(self.locations, p // max(numel, 1))
-            )
-            return tensor.reshape(self.n, *spec.shape)
+                return self.fixed_bytes(where, spec, status, rows_buffer, values)
+            return fixed_tensor(where, spec, self.numbers(values, spec.dtype), self.n)
         if kind == "bytes_list":
-            return self.byte_rows(key, spec, values, rows_buffer, scalar=False)
+            return byte_rows(where, self.byte_values(values, rows_buffer), scalar=False)
         inner = spec.shape if isinstance(spec, FixedLenSequence) else ()
-        numel = math.prod(inner)
-        tensor = self.numeric(key, values, spec.dtype, self.record_of_value(rows))
-        offsets = rows // max(numel, 1) if numel else np.zeros_like(rows)
-        return Ragged(tensor.reshape(-1, *inner), torch.from_numpy(offsets))
+        rows = np.frombuffer(rows_buffer, dtype=np.int64)
+        return ragged(where, self.numbers(values, spec.dtype), rows, spec.dtype, inner)
 
     def fixed_bytes(
-        self,
-        key: str,
-        spec: FixedLen,
-        status: bytes,
-        rows: npt.NDArray[np.int64],
-        values: Any,
-        rows_buffer: Any,
+        self, where: Column, spec: FixedLen, status: bytes, rows_buffer: Any, values: Any
     ) -> list[Any]:
         scalar = spec.shape == ()
         if spec.default is None:  # the extension checked every count
-            return self.byte_rows(key, spec, values, rows_buffer, scalar)
+            if scalar:
+                return byte_scalars(where, self.byte_values(values, rows_buffer, scalar=True))
+            return byte_rows(where, self.byte_values(values, rows_buffer))
+        listed = self.byte_values(values, rows_buffer)
         numel = math.prod(spec.shape)
-        counts = np.diff(rows)
+        counts = np.diff(np.frombuffer(rows_buffer, dtype=np.int64))
         present = np.frombuffer(status, dtype=np.uint8).astype(bool)
         if (counts[present] != numel).any():
             raise Rejected(4, int(np.flatnonzero(present & (counts != numel))[0]))
-        listed = self.byte_rows(key, spec, values, rows_buffer, scalar=False)
         default = list(spec.default_values() or ())
-        filled = [row if present[i] else default for i, row in enumerate(listed)]
-        return [row[0] for row in filled] if scalar else filled
+        return byte_rows(where, [row if present[i] else default for i, row in enumerate(listed)], scalar)
 
     def sequence(self, key: str, spec: FixedLenSequence | VarLen, column: tuple[bytes, Any, Any, Any]) -> Any:
         """A feature list: per record its steps (rows count steps; steps end at value offsets)."""
         _, rows_buffer, values, steps_buffer = column
+        where = Column(key, spec, self.locations)
         rows = np.frombuffer(rows_buffer, dtype=np.int64)
         ends = np.concatenate([[0], np.frombuffer(steps_buffer, dtype=np.int64)])
         if list_kind(spec.dtype) == "bytes_list":
-            steps = self.byte_rows(key, spec, values, ends, scalar=False)
-            per_record = [steps[a:b] for a, b in zip(rows[:-1].tolist(), rows[1:].tolist())]
+            steps = self.byte_values(values, ends)
+            bounds = zip(rows[:-1].tolist(), rows[1:].tolist())
+            per_record = text_steps(where, [steps[a:b] for a, b in bounds])
             if isinstance(spec, FixedLenSequence):  # shape (): each step holds one value
                 return [[step[0] for step in record] for record in per_record]
             return per_record
-        value_rows = ends[rows]  # value offset of each record
-        tensor = self.numeric(key, values, spec.dtype, self.record_of_value(value_rows))
+        flat = self.numbers(values, spec.dtype)
         if isinstance(spec, FixedLenSequence):
-            inner = spec.shape
-            numel = math.prod(inner)
-            offsets = rows if numel else np.zeros_like(rows)
-            return Ragged(tensor.reshape(-1, *inner), torch.from_numpy(offsets.copy()))
-        out = []
-        for i in range(self.n):
-            a, b = int(rows[i]), int(rows[i + 1])
-            base = int(ends[a])
-            out.append(Ragged(tensor[base : int(ends[b])], torch.from_numpy(ends[a : b + 1] - base)))
-        return out
+            return ragged(where, flat, ends[rows], spec.dtype, spec.shape)
+        return ragged_steps(where, flat, ends, rows, spec.dtype)
 
 
 def _joined(records: Sequence[Any]) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]]:

@@ -1,0 +1,165 @@
+"""The package's import graph: no import cycles and no private name used across modules.
+
+Read from the source (ASTs), imports inside functions included, so a cycle cannot hide behind a
+lazy import: two modules that need each other are one concept split badly. A ``_private`` name
+belongs to its module; other modules use what it exports (private *modules*, such as
+``_assemble``, are the package's internals and may be imported by any module of the package).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("torch_tfrecord", "index_tools")
+
+
+@dataclass
+class Graph:
+    """Modules by dotted name, the modules each imports, and private names used across modules."""
+
+    files: dict[str, Path]
+    modules: set[str]  # every importable module, compiled extensions included
+    edges: dict[str, set[str]] = field(default_factory=dict)
+    private_uses: list[str] = field(default_factory=list)
+
+
+def _dotted(path: Path, base: Path) -> str:
+    parts = list(path.relative_to(base).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _extension_name(path: Path, base: Path) -> str:
+    """``pkg/_native.c`` or ``pkg/_native.cpython-311-x86_64-linux-gnu.so``: ``pkg._native``."""
+    stem = path.name.split(".", 1)[0]
+    return ".".join([*path.parent.relative_to(base).parts, stem])
+
+
+def build_graph(base: Path, packages: tuple[str, ...]) -> Graph:
+    files = {_dotted(p, base): p for package in packages for p in (base / package).rglob("*.py")}
+    modules = set(files)
+    for package in packages:
+        for pattern in ("*.c", "*.so", "*.pyd"):
+            modules |= {_extension_name(p, base) for p in (base / package).rglob(pattern)}
+    graph = Graph(files, modules)
+    for name, path in files.items():
+        _scan(graph, name, path)
+    return graph
+
+
+def _scan(graph: Graph, name: str, path: Path) -> None:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    aliases: dict[str, str] = {}  # local name -> module of ours it is bound to
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                origin = ".".join(
+                    parts[: len(parts) - node.level + 1] + ([node.module] if node.module else [])
+                )
+            else:
+                origin = node.module or ""
+            for alias in node.names:
+                submodule = f"{origin}.{alias.name}"
+                if submodule in graph.modules:
+                    targets.add(submodule)
+                    aliases[alias.asname or alias.name] = submodule
+                elif origin in graph.modules:
+                    targets.add(origin)
+                    if alias.name.startswith("_") and origin != name:
+                        graph.private_uses.append(f"{name}: from {origin} import {alias.name}")
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in graph.modules:
+                    targets.add(alias.name)
+                    if alias.asname:
+                        aliases[alias.asname] = alias.name
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and f"{aliases[node.value.id]}.{node.attr}" not in graph.modules
+        ):
+            graph.private_uses.append(f"{name}: {node.value.id}.{node.attr} (line {node.lineno})")
+    graph.edges[name] = targets - {name}
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def graph() -> Graph:
+    return build_graph(ROOT, PACKAGES)
+
+
+def test_the_package_has_no_import_cycle(graph: Graph) -> None:
+    assert graph.edges.get("torch_tfrecord.codec")
+    assert cycles(graph.edges) == []
+
+
+def test_no_module_uses_another_modules_private_names(graph: Graph) -> None:
+    assert graph.private_uses == []
+
+
+def test_the_decoder_backends_meet_only_in_the_seam(graph: Graph) -> None:
+    """codec picks a backend; the backends share _assemble and never import codec or each other."""
+    edges = graph.edges
+    assert {"torch_tfrecord._protobuf", "torch_tfrecord.native"} <= edges["torch_tfrecord.codec"]
+    for backend, other in (("_protobuf", "native"), ("native", "_protobuf")):
+        assert "torch_tfrecord._assemble" in edges[f"torch_tfrecord.{backend}"]
+        assert not {"torch_tfrecord.codec", f"torch_tfrecord.{other}"} & edges[f"torch_tfrecord.{backend}"]
+
+
+def test_the_checks_catch_a_planted_cycle_and_private_imports(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .a import run\n")
+    (package / "a.py").write_text("def run():\n    from .b import _helper\n    return _helper()\n")
+    (package / "b.py").write_text("from . import a, _ext\n\ndef _helper():\n    return a._secret, _ext.x\n")
+    (package / "_ext.c").write_text("")
+    planted = build_graph(tmp_path, ("pkg",))
+    assert cycles(planted.edges) == [["pkg.a", "pkg.b"]]
+    assert planted.private_uses == ["pkg.a: from pkg.b import _helper", "pkg.b: a._secret (line 4)"]
