@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import torch_tfrecord.reader as reader_module
+import torch_tfrecord._scan as scan_module
 from torch_tfrecord import (
     CompressedIndexError,
     CorruptRecordError,
@@ -166,13 +166,13 @@ def test_entries_in_any_order(records_dir: Path, golden: dict) -> None:
 def test_entries_are_read_in_coalesced_requests(records_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     table = build_index(records_dir / "plain.tfrecord")
     reads: list[int] = []
-    original = reader_module._read_stream
+    original = scan_module.read_stream
 
     def spy(stream: Any, span: Any, offset: int, size: int, ordinal: int) -> bytes:
         reads.append(size)
         return original(stream, span, offset, size, ordinal)
 
-    monkeypatch.setattr(reader_module, "_read_stream", spy)
+    monkeypatch.setattr(scan_module, "read_stream", spy)
     list(read_records(records_dir / "plain.tfrecord", entries=table[[2, 3, 4, 8]]))
     # Records 2-4 lie back to back: one read of exactly their bytes; record 8 another.
     assert reads == [int(table[2:5, 1].sum()), int(table[8, 1])]
@@ -282,15 +282,15 @@ def test_round_trip_across_chunk_boundaries(
         data = zlib.compress(data)
     path = tmp_path_factory.mktemp("rt") / "f.tfrecord"
     path.write_bytes(data)
-    original = reader_module._CHUNK
-    reader_module._CHUNK = chunk
+    original = scan_module.CHUNK
+    scan_module.CHUNK = chunk
     try:
         assert list(read_records(path, compression=compression)) == payloads  # type: ignore[arg-type]
         if compression is None:
             table = build_index(path)
             assert list(read_records(path, entries=table[::-1])) == payloads[::-1]
     finally:
-        reader_module._CHUNK = original
+        scan_module.CHUNK = original
 
 
 def test_stats_count_records_and_bytes(records_dir: Path, golden: dict) -> None:

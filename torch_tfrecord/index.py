@@ -18,6 +18,7 @@ from . import remote
 from ._atomic import atomic_write
 from .errors import IndexFormatError, StaleIndexError
 from .framing import FRAME_OVERHEAD
+from .headers import read_framed_sizes
 from .io import (
     PathLike,
     StorageOptions,
@@ -28,7 +29,7 @@ from .io import (
     open_binary,
     resolve_compression,
 )
-from .reader import read_framed_sizes, read_records
+from .reader import read_records
 
 __all__ = [
     "INDEX_SUFFIX",

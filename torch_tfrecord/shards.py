@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from .entries import read_entries_at
 from .errors import CompressedIndexError, SourceNotFoundError, TFRecordError
 from .index import build_index, check_index, default_index_path, load_index
 from .io import (
@@ -33,7 +34,7 @@ from .io import (
     open_binary,
     resolve_compression,
 )
-from .reader import OnError, read_entries_at
+from .reader import OnError
 from .remote import RemoteFile
 
 __all__ = ["IndexArg", "RecordFiles", "resolve_index"]
