@@ -29,15 +29,16 @@ SHARDS = 8
 RECORDS_PER_SHARD = 20_000
 
 
-def make_dataset(directory: str, name: str, mean_size: int, seed: int) -> list[str]:
+def make_dataset(directory: str, name: str, mean_size: int, seed: int, shards: int = SHARDS) -> list[str]:
+    """``shards`` files of 20,000 records each, of random sizes around ``mean_size`` (made once)."""
     pattern = os.path.join(directory, f"{name}-*.tfrecord")
     existing = sorted(glob.glob(pattern))
-    if len(existing) == SHARDS:
+    if len(existing) == shards:
         return existing
     rng = np.random.default_rng(seed)
     blob = rng.bytes(mean_size * 4)
     with tt.ShardedWriter(os.path.join(directory, name), max_records=RECORDS_PER_SHARD) as writer:
-        sizes = rng.integers(mean_size // 2, mean_size * 3 // 2, SHARDS * RECORDS_PER_SHARD)
+        sizes = rng.integers(mean_size // 2, mean_size * 3 // 2, shards * RECORDS_PER_SHARD)
         starts = rng.integers(0, mean_size * 2, len(sizes))
         for start, size in zip(starts.tolist(), sizes.tolist()):
             writer.write(blob[start : start + size])

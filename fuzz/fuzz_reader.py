@@ -6,7 +6,9 @@ streams of fuzzed records), or as is but read as GZIP (fuzzed compressed streams
 - a strict read either returns every record or raises a TFRecordError;
 - ``on_error="skip"`` never raises, returns exactly the records before the damage, and counts it;
 - for plain files, the header walk (the index builder) agrees with the strict read, and reading
-  by the index it builds, in any order, gives the same payloads.
+  by the index it builds, in any order, gives the same payloads;
+- the native framing and the Python loop (``TORCH_TFRECORD_DECODER=python``) give the same
+  records, the same error (class and message) and the same skip counts.
 
     python fuzz/fuzz_reader.py fuzz/corpus/reader -atheris_runs=100000
 """
@@ -14,6 +16,7 @@ streams of fuzzed records), or as is but read as GZIP (fuzzed compressed streams
 from __future__ import annotations
 
 import gzip
+import os
 import tempfile
 import zlib
 from pathlib import Path
@@ -38,6 +41,32 @@ def _prefix_before_error(path: Path, compression: str | None) -> tuple[list[byte
     return records, outcome if isinstance(outcome, Rejected) else None
 
 
+def _with_reader(reader: str, path: Path, compression: str | None, verify_crc: bool) -> tuple[object, ...]:
+    """Strict and skipping reads with ``reader`` (``TORCH_TFRECORD_DECODER``): what each gives."""
+    import torch_tfrecord as tt
+
+    old = os.environ.get("TORCH_TFRECORD_DECODER")
+    os.environ["TORCH_TFRECORD_DECODER"] = reader
+    try:
+        records: list[bytes] = []
+        outcome = attempt(
+            lambda: records.extend(tt.read_records(path, compression=compression, verify_crc=verify_crc))
+        )
+        error = (type(outcome.error), str(outcome.error)) if isinstance(outcome, Rejected) else None
+        stats = tt.ReadStats()
+        kept = list(
+            tt.read_records(
+                path, compression=compression, verify_crc=verify_crc, on_error="skip", stats=stats
+            )
+        )
+        return records, error, kept, stats
+    finally:
+        if old is None:
+            del os.environ["TORCH_TFRECORD_DECODER"]
+        else:
+            os.environ["TORCH_TFRECORD_DECODER"] = old
+
+
 def check(data: bytes) -> None:
     """Raises AssertionError (or any non-library exception) on a reader bug."""
     import numpy as np
@@ -54,6 +83,12 @@ def check(data: bytes) -> None:
     path = _scratch(suffix)
     path.write_bytes(content)
 
+    from torch_tfrecord import _extension
+
+    if _extension.compiled is not None:
+        for verify_crc in (True, False):
+            native = _with_reader("native", path, compression, verify_crc)
+            assert native == _with_reader("python", path, compression, verify_crc), "the readers disagree"
     records, error = _prefix_before_error(path, compression)
     stats = tt.ReadStats()
     kept = list(tt.read_records(path, compression=compression, on_error="skip", stats=stats))

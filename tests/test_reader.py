@@ -293,6 +293,92 @@ def test_round_trip_across_chunk_boundaries(
         scan_module.CHUNK = original
 
 
+def reader_outcome(path: Path, reader: str, **kwargs: Any) -> tuple[Any, ...]:
+    """What a read gives with ``reader`` (``TORCH_TFRECORD_DECODER``): records, error, skip stats."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_TFRECORD_DECODER", reader)
+        records: list[bytes] = []
+        error = None
+        try:
+            records.extend(read_records(path, **kwargs))
+        except TFRecordError as caught:
+            error = (type(caught), str(caught), caught.path, caught.offset, caught.record)
+        stats = ReadStats()
+        skipped = list(read_records(path, on_error="skip", stats=stats, **kwargs))
+    assert all(type(r) is bytes for r in records + skipped)
+    return records, error, skipped, stats
+
+
+@pytest.mark.skipif(scan_module._extension.compiled is None, reason="the native extension is not built")
+@settings(deadline=None, max_examples=150)
+@given(
+    payloads=st.lists(st.binary(max_size=300), max_size=25),
+    chunk=st.sampled_from([7, 13, 64, 1 << 20]),
+    compression=st.sampled_from([None, "gzip"]),
+    damage=st.one_of(
+        st.none(),
+        st.tuples(st.just("flip"), st.integers(0, 1 << 16), st.integers(0, 7)),
+        st.tuples(st.just("cut"), st.integers(0, 1 << 16), st.just(0)),
+    ),
+    verify_crc=st.booleans(),
+)
+def test_native_and_python_readers_agree(
+    payloads: list[bytes],
+    chunk: int,
+    compression: str | None,
+    damage: tuple[str, int, int] | None,
+    verify_crc: bool,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Records, errors (class, message, file, offset, record) and skip counts are the same
+    with the native framing and the Python loop, across chunk boundaries and damage."""
+    data = bytearray(b"".join(encode_record(p) for p in payloads))
+    if damage is not None and data:
+        kind, where, bit = damage
+        where %= len(data)
+        if kind == "flip":
+            data[where] ^= 1 << bit
+        else:
+            del data[where:]
+    path = tmp_path_factory.mktemp("agree") / "f.tfrecord"
+    path.write_bytes(gzip.compress(bytes(data)) if compression else bytes(data))
+    original = scan_module.CHUNK
+    scan_module.CHUNK = chunk
+    try:
+        kwargs: dict[str, Any] = {"compression": compression, "verify_crc": verify_crc}
+        assert reader_outcome(path, "native", **kwargs) == reader_outcome(path, "python", **kwargs)
+        if compression is None and len(data) > 8:
+            kwargs["byte_range"] = (0, len(data) // 2)
+            assert reader_outcome(path, "native", **kwargs) == reader_outcome(path, "python", **kwargs)
+    finally:
+        scan_module.CHUNK = original
+
+
+def test_the_native_reader_runs_and_can_be_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if scan_module._extension.compiled is None:
+        pytest.skip("the native extension is not built")
+    path = tmp_path / "f.tfrecord"
+    path.write_bytes(b"".join(encode_record(bytes([i]) * i) for i in range(50)))
+    calls = []
+    frame = scan_module._extension.compiled.frame
+
+    def spy(*args: Any) -> Any:
+        calls.append(args[1:])
+        return frame(*args)
+
+    monkeypatch.setattr(scan_module._extension.compiled, "frame", spy)
+    assert list(read_records(path)) == [bytes([i]) * i for i in range(50)]
+    assert calls == [(0, path.stat().st_size, True)]
+    monkeypatch.setenv("TORCH_TFRECORD_DECODER", "python")
+    assert list(read_records(path, verify_crc=False)) == [bytes([i]) * i for i in range(50)]
+    assert len(calls) == 1
+    monkeypatch.setenv("TORCH_TFRECORD_DECODER", "fast")
+    with pytest.raises(ValueError, match="TORCH_TFRECORD_DECODER"):
+        list(read_records(path))
+
+
 def test_stats_count_records_and_bytes(records_dir: Path, golden: dict) -> None:
     stats = ReadStats()
     list(read_records(records_dir / "plain.tfrecord", stats=stats))

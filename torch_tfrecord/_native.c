@@ -1,5 +1,5 @@
 /*
- * torch_tfrecord._native: the compiled decoder.
+ * torch_tfrecord._native: the compiled decoder, and the plain record reader's inner loop.
  *
  * Takes one contiguous buffer of records (framed TFRecord records or bare payloads) and a
  * compiled spec, checks the framing and CRCs, walks the protobuf wire format of Example /
@@ -1000,6 +1000,63 @@ done:
     return result;
 }
 
+/* frame(buffer, start, stop, verify_crc) -> (payloads, position): the plain record reader's
+ * inner loop. Walks the framed records (u64 length | u32 crc | data | u32 crc) lying back to back
+ * in buffer from `start` and returns the payload of each as a new bytes object (a copy: never a
+ * view of a buffer the caller reuses). It stops before the first record that begins at or after
+ * `stop`, whose frame does not fit in the buffer, or (verify_crc) whose length or data CRC does
+ * not match, and returns where it stopped: the caller reads that record its careful way, which
+ * reports damage with the file, byte offset and record number. The walk and the CRCs run
+ * without the GIL; no allocation is sized from a length field (only from records present). */
+static PyObject *py_frame(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, stop;
+    int verify;
+    if (!PyArg_ParseTuple(args, "y*nnp:frame", &view, &start, &stop, &verify)) return NULL;
+    if (start < 0 || start > view.len) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "start lies outside the buffer");
+        return NULL;
+    }
+    if (stop > view.len) stop = view.len;
+    const uint8_t *data = (const uint8_t *)view.buf;
+    size_t size = (size_t)view.len, position = (size_t)start;
+    size_t limit = stop > start ? (size_t)stop : position;
+    Py_ssize_t count = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (position < limit && size - position >= 16) {
+        uint64_t length = load_u64(data + position);
+        if (length > size - position - 16) break; /* does not fit: the caller reads on */
+        if (verify) {
+            if (masked_crc(data + position, 8) != load_u32(data + position + 8)) break;
+            if (masked_crc(data + position + 12, (size_t)length) != load_u32(data + position + 12 + length)) break;
+        }
+        position += (size_t)length + 16;
+        count++;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *payloads = PyList_New(count);
+    if (!payloads) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    size_t at = (size_t)start;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        uint64_t length = load_u64(data + at);
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)data + at + 12, (Py_ssize_t)length);
+        if (!payload) {
+            Py_DECREF(payloads);
+            PyBuffer_Release(&view);
+            return NULL;
+        }
+        PyList_SET_ITEM(payloads, i, payload);
+        at += (size_t)length + 16;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(Nn)", payloads, (Py_ssize_t)position);
+}
+
 static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
     (void)self;
     Py_buffer data;
@@ -1018,6 +1075,8 @@ static PyMethodDef methods[] = {
      "-> list of (status, rows, values, steps) per column, or (error, record, column)."},
     {"bytes_rows", py_bytes_rows, METH_VARARGS, "bytes_rows(buffer, spans, rows, scalar) -> list"},
     {"read_into", py_read_into, METH_VARARGS, "read_into(fd, offsets, sizes, out, out_start) -> regions read"},
+    {"frame", py_frame, METH_VARARGS,
+     "frame(buffer, start, stop, verify_crc) -> (payloads, position): the intact framed records from start"},
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int (the TFRecord CRC)"},
     {NULL, NULL, 0, NULL},
 };

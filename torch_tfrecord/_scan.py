@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from . import _extension
 from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, MASK_DELTA, crc32c
 
@@ -103,7 +104,14 @@ def bad_length(span: Span, buffer: bytes, position: int, offset: int, ordinal: i
 
 
 def scan(stream: BinaryIO, span: Span, verify_crc: bool) -> Iterator[bytes]:
-    """Yields the payloads of consecutive records read from ``stream``, positioned at ``span.start``."""
+    """Yields the payloads of consecutive records read from ``stream``, positioned at ``span.start``.
+
+    With the compiled extension, the whole, intact records of each buffer are framed and checked
+    in one native call; the record it stops at (one that spans the buffer's end, or is damaged)
+    takes the Python path below, which reads it or raises the error that says where.
+    """
+    extension = _extension.for_reading()
+    frame = None if extension is None else extension.frame
     unpack_header = HEADER.unpack_from
     unpack_footer = FOOTER.unpack_from
     end = span.end
@@ -114,6 +122,13 @@ def scan(stream: BinaryIO, span: Span, verify_crc: bool) -> Iterator[bytes]:
     ordinal = 0
     eof = False
     while True:
+        if frame is not None and len(buffer) - position >= FRAME_OVERHEAD:
+            payloads, position = frame(
+                buffer, position, len(buffer) if end is None else end - base, verify_crc
+            )
+            if payloads:
+                ordinal += len(payloads)
+                yield from payloads
         available = len(buffer) - position
         if available < HEADER_SIZE:
             if end is not None and base + position >= end:
@@ -181,15 +196,20 @@ def _refill(
 ) -> tuple[bytes, int, int, bool]:
     """Drops consumed bytes and reads more: returns (buffer, base, position=0, eof).
 
-    Reads a chunk, but not past the span's end (a run of index entries is read in one request
-    and no more), and at least what the current record still needs.
+    With nothing kept, reads a chunk, but not past the span's end (a run of index entries is
+    read in one request and no more), and at least what the current record needs. With part of
+    a record kept, reads only the rest of it: joining a whole chunk to it would copy the chunk,
+    and the next refill, with nothing kept, takes its chunk as it comes.
     """
     base += position
     kept = buffer[position:]
     stream_offset = base + len(kept)
-    read_end = span.end if span.end is not None else span.limit
-    ahead = CHUNK if read_end is None else min(CHUNK, read_end - stream_offset)
-    want = max(ahead, min(needed - len(kept), _MAX_STEP))
+    if kept:
+        want = min(needed - len(kept), _MAX_STEP)
+    else:
+        read_end = span.end if span.end is not None else span.limit
+        ahead = CHUNK if read_end is None else min(CHUNK, read_end - stream_offset)
+        want = max(ahead, min(needed, _MAX_STEP))
     if span.limit is not None:
         want = min(want, span.limit - stream_offset)
     chunk = read_stream(stream, span, stream_offset, want, ordinal) if want > 0 else b""

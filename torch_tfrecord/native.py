@@ -5,19 +5,18 @@ protobuf wire format of a whole batch in one call, filling one column per spec k
 row offsets) without the GIL. This module compiles a spec into the extension's column table and
 turns its columns into the same tensors, :class:`Ragged` and lists as the protobuf decoder.
 
-The protobuf decoder (:mod:`torch_tfrecord.codec`) stays the reference: when the extension
-rejects a batch (:class:`Rejected`), the caller decodes it again with protobuf, which raises the
-exact error (class, key, record and message), so both decoders fail the same way.
+The protobuf decoder (:mod:`torch_tfrecord._protobuf`) stays the reference: when the extension
+rejects a batch (:class:`Rejected`), :mod:`torch_tfrecord.codec` decodes it again with protobuf,
+which raises the exact error (class, key, record and message), so both decoders fail the same way.
 
 ``TORCH_TFRECORD_DECODER`` picks the decoder: ``auto`` (default: native when built),
-``native`` (an ImportError if it is not built) or ``python``.
+``native`` (an ImportError if it is not built) or ``python`` (see :mod:`torch_tfrecord._extension`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import os
 import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -39,20 +38,13 @@ from ._assemble import (
     stack_raw,
     text_steps,
 )
+from ._extension import ENV_VAR, compiled, not_built, requested
 from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind
 
 __all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_sequences", "decoder"]
 
-ENV_VAR = "TORCH_TFRECORD_DECODER"
-
-_native: ModuleType | None
-try:
-    from . import _native  # type: ignore[attr-defined, no-redef]
-except ImportError as _error:  # built without a C compiler
-    _native = None
-    _IMPORT_ERROR: ImportError | None = _error
-else:
-    _IMPORT_ERROR = None
+# The extension as a name of this module, so that tests can take it away (None: not built).
+_native: ModuleType | None = compiled
 
 _KIND = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
 _MODE_VAR, _MODE_FIXED, _MODE_MULT, _MODE_ONE = 0, 1, 2, 3
@@ -91,18 +83,13 @@ def decoder() -> Literal["native", "python"]:
         ImportError: ``native`` is asked for and the extension is not built.
     """
     global _warned
-    choice = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
+    choice = requested()
     if choice == "python":
         return "python"
-    if choice not in ("auto", "native"):
-        raise ValueError(f"{ENV_VAR}={choice!r}: use 'auto', 'native' or 'python'")
     if _native is not None:
         return "native"
     if choice == "native":
-        raise ImportError(
-            f"{ENV_VAR}=native, but torch_tfrecord._native is not built ({_IMPORT_ERROR}); reinstall "
-            "torch-tfrecord from source on a machine with a C compiler"
-        )
+        raise not_built()
     if not _warned:
         _warned = True
         warnings.warn(
