@@ -19,9 +19,8 @@ import os
 import tempfile
 from collections.abc import Callable
 
-from bench_records import make_dataset, timed
+from bench_records import make_dataset, read_all, timed
 
-import torch_tfrecord as tt
 from torch_tfrecord import _extension
 
 SHARDS = 4
@@ -31,12 +30,7 @@ def ours(paths: list[str], reader: str, verify_crc: bool) -> Callable[[], tuple[
     def read() -> tuple[int, int]:
         os.environ[_extension.ENV_VAR] = reader
         try:
-            records = payload = 0
-            for path in paths:
-                for data in tt.read_records(path, verify_crc=verify_crc):
-                    records += 1
-                    payload += len(data)
-            return records, payload
+            return read_all(paths, verify_crc)
         finally:
             del os.environ[_extension.ENV_VAR]
 
