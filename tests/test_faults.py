@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -9,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,15 +121,31 @@ def test_ddp_job_killed_mid_epoch_resumes_exactly(
     print(f"killed after {killed_at} batches; checkpoints at {checkpoints}; batches repeated: {repeated}")
 
 
-def test_worker_killed_gives_a_clear_error_not_a_hang(id_shards: Callable[..., list[Path]]) -> None:
+@contextlib.contextmanager
+def _own_session(command: list[str], folder: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """Starts ``command`` in a new session, its output in ``folder``/stdout and stderr.
+
+    The output goes to files, not pipes: a child it leaves (a DataLoader worker) would hold a
+    pipe open, and reading to its end would hang. On leaving, its whole process group is
+    killed, so a test leaves no orphan, whatever the script did.
+    """
+    with (folder / "stdout").open("wb") as out, (folder / "stderr").open("wb") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # nothing left in the group
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def test_worker_killed_gives_a_clear_error_not_a_hang(
+    id_shards: Callable[..., list[Path]], tmp_path: Path
+) -> None:
     (shard,) = id_shards([4000])
-    result = subprocess.run(
-        [sys.executable, str(FAULTS / "kill_worker.py"), str(shard)],
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    outcome = json.loads(result.stdout.decode().splitlines()[-1])
+    with _own_session([sys.executable, str(FAULTS / "kill_worker.py"), str(shard)], tmp_path) as process:
+        assert process.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()[-3000:]
+    outcome = json.loads((tmp_path / "stdout").read_text().splitlines()[-1])
     # Which of PyTorch's checks notices first varies: the SIGCHLD handler, or the data queue. When
     # the killed worker had a batch in flight, torch's fd passing fails to fetch its memory from
     # the dead process first: ConnectionResetError or EOFError (about 1 run in 4 here).
@@ -144,6 +161,42 @@ def test_worker_killed_gives_a_clear_error_not_a_hang(id_shards: Callable[..., l
         assert outcome["error"] in ("ConnectionResetError", "EOFError"), outcome
     assert outcome["seconds"] < 30, outcome
     print(outcome)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: not ended, and not a zombie (ended, not yet reaped by init)."""
+    try:
+        os.kill(pid, 0)
+        stat = Path(f"/proc/{pid}/stat").read_text() if sys.platform == "linux" else ""
+    except (ProcessLookupError, FileNotFoundError):
+        return False
+    return not stat or stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a no-op on Windows, where PyTorch's own watchdog works")
+@pytest.mark.parametrize("kind", ["iterable", "indexed"])
+@pytest.mark.parametrize("held_up", ["starting", "busy"])
+def test_workers_end_when_the_main_process_dies(
+    id_shards: Callable[..., list[Path]], tmp_path: Path, kind: str, held_up: str
+) -> None:
+    """A training script that dies leaves no DataLoader worker behind: not one that was still
+    starting (PyTorch's watchdog would take init for its parent and wait for work for ever), not
+    one busy with a long batch (PyTorch checks its parent only between batches)."""
+    (shard,) = id_shards([400])
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    command = [sys.executable, str(FAULTS / "orphan_workers.py"), str(shard), str(pids), kind, held_up]
+    with _own_session(command, tmp_path) as process:
+        assert process.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()[-3000:]
+        died = time.monotonic()
+        workers = [int((pids / f"worker-{w}.pid").read_text()) for w in range(2)]
+        # A starting worker first finishes its 2 s worker_init_fn; a busy one would run for minutes.
+        _wait_for(lambda: not any(_alive(pid) for pid in workers), 20, f"workers {workers} to end")
+        ended_after = time.monotonic() - died
+    assert (tmp_path / "stdout").read_text() == "exiting\n"
+    stderr = (tmp_path / "stderr").read_text()
+    assert f"DataLoader worker {workers[1]} ends: its main process {process.pid} is gone" in stderr, stderr
+    print(f"workers ended {ended_after:.2f} s after their main process")
 
 
 @pytest.mark.parametrize("mode", ["single", "sharded"])
