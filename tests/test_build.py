@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,12 +24,33 @@ print(tt.native.decoder())
 """
 
 
+def clean_copy(source: Path, destination: Path) -> Path:
+    """A copy of ``source`` without what its .gitignore leaves out: no build/ folder, *.so or
+    *.egg-info from an earlier build, which setuptools would reuse instead of compiling."""
+    ignored = [line.strip().rstrip("/") for line in (source / ".gitignore").read_text().splitlines()]
+    patterns = [pattern for pattern in ignored if pattern and not pattern.startswith("#")]
+    shutil.copytree(source, destination, ignore=shutil.ignore_patterns(".git", *patterns))
+    return destination
+
+
+def test_clean_copy_leaves_out_build_outputs(tmp_path: Path) -> None:
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    shutil.copy(ROOT / ".gitignore", checkout)
+    for leftover in ("build/temp/_native.o", "pkg/_native.so", "x.egg-info/PKG-INFO", ".git/HEAD"):
+        (checkout / leftover).parent.mkdir(parents=True, exist_ok=True)
+        (checkout / leftover).write_text("")
+    (checkout / "pkg" / "_native.c").write_text("")
+    copy = clean_copy(checkout, tmp_path / "copy")
+    assert sorted(str(p.relative_to(copy)) for p in copy.rglob("*")) == [".gitignore", "pkg", "pkg/_native.c"]
+
+
 def test_installs_without_a_compiler_and_decodes_with_protobuf(tmp_path: Path) -> None:
     target = tmp_path / "site"
     env = {**os.environ, "CC": "/bin/false", "PIP_NO_INDEX": "1"}
     pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
     subprocess.run(
-        [*pip, "--target", str(target), str(ROOT)],
+        [*pip, "--target", str(target), str(clean_copy(ROOT, tmp_path / "source"))],
         check=True,
         env=env,
         capture_output=True,
