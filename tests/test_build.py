@@ -21,6 +21,10 @@ record = tt.encode_example({"a": [1, 2]})
 for _ in range(3):
     assert tt.decode_batch([record], {"a": tt.FixedLen((2,), torch.int64)})["a"].tolist() == [[1, 2]]
 print(tt.native.decoder())
+from importlib import metadata
+from torch_tfrecord._extras import install_hint
+assert "vision" in metadata.metadata("torch-tfrecord").get_all("Provides-Extra")
+print(install_hint("vision"))
 """
 
 
@@ -64,6 +68,11 @@ def test_installs_without_a_compiler_and_decodes_with_protobuf(tmp_path: Path) -
         check=True,
         cwd=tmp_path,
     )
-    assert result.stdout.strip() == "python"
+    source = tmp_path / "source"
+    # Installed from a folder, not from an index: the hint for a missing extra installs from there.
+    assert result.stdout.splitlines() == [
+        "python",
+        f"install the 'vision' extra: pip install '{source}[vision]'",
+    ]
     warnings = [line for line in result.stderr.splitlines() if "RuntimeWarning" in line]
     assert len(warnings) == 1 and "the native decoder is not built" in warnings[0], result.stderr

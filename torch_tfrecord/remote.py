@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO, TypeVar
 
+from ._extras import install_hint
 from .errors import RemoteIOError, SourceNotFoundError
 
 __all__ = [
@@ -47,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 StorageOptions = Mapping[str, Any] | None
 """Keyword arguments for the fsspec file system of a URL (credentials, endpoint, ...)."""
-
-EXTRA = "pip install 'torch-tfrecord[remote]'"
 
 T = TypeVar("T")
 
@@ -228,13 +227,14 @@ def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, s
     try:
         from fsspec.core import url_to_fs
     except ImportError as error:
-        raise ImportError(f"reading or writing {url!r} needs fsspec: {EXTRA}") from error
+        raise ImportError(f"reading or writing {url!r} needs fsspec; {install_hint('remote')}") from error
     try:
         return url_to_fs(url, **dict(storage_options or {}))  # type: ignore[no-any-return]
     except ImportError as error:
         protocol = url.partition("://")[0]
         raise ImportError(
-            f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); {EXTRA}"
+            f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); "
+            f"{install_hint('remote')}"
         ) from error
 
 
