@@ -2,15 +2,19 @@
 
     python .ci/check_dist.py
 
-The wheel is built from the sdist (``python -m build`` does that), so a file the sdist lacks
-fails the build as it would fail a user's source install. No build isolation: the installed
-setuptools builds (the dev extra has it), so nothing is downloaded. The venv sees the system's
-packages (torch, numpy, ...) and gets the wheel with ``--no-deps``.
+It builds from a copy of the files git tracks (or would: untracked, not ignored): an earlier
+build's leftovers in the checkout (build/, *.egg-info/SOURCES.txt) would otherwise slip files
+into the archives that the configuration leaves out. The wheel is built from the sdist
+(``python -m build`` does that), so a file the sdist lacks fails as a user's source install
+would. No build isolation: the installed setuptools builds (the dev extra has it), so nothing
+is downloaded. The venv sees the system's packages (torch, numpy, ...) and gets the wheel with
+``--no-deps``.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -63,6 +67,22 @@ def check_names(archive: str, names: list[str], required: list[str]) -> list[str
     return problems
 
 
+def source_copy(destination: Path) -> Path:
+    """The checkout's files as git lists them (tracked, and untracked but not ignored), copied."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():  # not a file deleted since the last commit
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, destination / name)
+    return destination
+
+
 def run(*command: str | Path, cwd: Path | None = None) -> None:
     print("+", " ".join(map(str, command)), flush=True)
     result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
@@ -74,7 +94,8 @@ def run(*command: str | Path, cwd: Path | None = None) -> None:
 def main() -> int:
     with tempfile.TemporaryDirectory(prefix="check-dist-") as scratch:
         dist = Path(scratch) / "dist"
-        run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, ROOT)
+        source = source_copy(Path(scratch) / "source")
+        run(sys.executable, "-m", "build", "--no-isolation", "--outdir", dist, source)
         (wheel,) = dist.glob("*.whl")
         (sdist,) = dist.glob("*.tar.gz")
         with zipfile.ZipFile(wheel) as archive:
