@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 import sys
 from pathlib import Path
@@ -109,5 +110,5 @@ def test_unreadable_install_record_falls_back_to_the_package_name(monkeypatch: p
         def read_text(self, name: str) -> str:
             return "{not json"
 
-    monkeypatch.setattr(_extras.metadata, "distribution", lambda name: Broken())
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Broken())
     assert _extras._direct_url() is None

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -62,6 +61,8 @@ def _checkout() -> Path | None:
 
 def _direct_url() -> dict[str, Any] | None:
     """What pip recorded about where this distribution came from; None for a package index."""
+    from importlib import metadata  # 20-30 ms: only when an error needs it, not on every CLI start
+
     try:
         text = metadata.distribution(DISTRIBUTION).read_text("direct_url.json")
     except metadata.PackageNotFoundError:
