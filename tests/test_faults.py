@@ -188,18 +188,29 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="a no-op on Windows, where PyTorch's own watchdog works")
-@pytest.mark.parametrize("kind", ["iterable", "indexed"])
-@pytest.mark.parametrize("held_up", ["starting", "busy"])
+@pytest.mark.parametrize(
+    ("kind", "held_up", "context"),
+    [
+        ("iterable", "starting", "fork"),
+        ("iterable", "busy", "fork"),
+        ("indexed", "starting", "fork"),
+        ("indexed", "busy", "fork"),
+        # A fork server, not the main process, is the workers' parent process (Python 3.14's default).
+        ("iterable", "busy", "forkserver"),
+    ],
+)
 def test_workers_end_when_the_main_process_dies(
-    id_shards: Callable[..., list[Path]], tmp_path: Path, kind: str, held_up: str
+    id_shards: Callable[..., list[Path]], tmp_path: Path, kind: str, held_up: str, context: str
 ) -> None:
     """A training script that dies leaves no DataLoader worker behind: not one that was still
     starting (PyTorch's watchdog would take init for its parent and wait for work for ever), not
-    one busy with a long batch (PyTorch checks its parent only between batches)."""
+    one busy with a long batch (PyTorch checks its parent only between batches). And a worker
+    whose main process lives is never ended (the script takes a batch from worker 0)."""
     (shard,) = id_shards([400])
     pids = tmp_path / "pids"
     pids.mkdir()
-    command = [sys.executable, str(FAULTS / "orphan_workers.py"), str(shard), str(pids), kind, held_up]
+    script = str(FAULTS / "orphan_workers.py")
+    command = [sys.executable, script, str(shard), str(pids), kind, held_up, context]
     with _own_session(command, tmp_path) as process:
         assert process.wait(timeout=120) == 0, (tmp_path / "stderr").read_text()[-3000:]
         died = time.monotonic()

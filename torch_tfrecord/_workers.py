@@ -4,10 +4,11 @@ PyTorch's own check misses two cases: a worker notices its parent's death only b
 (every 5 s while idle, never during a long batch), and a worker that was still starting when
 the parent died (a slow ``worker_init_fn``, a loaded machine) records the new parent (init) as
 its parent and waits for work for ever, holding its memory and any pipe it inherited. Our
-datasets start, once per worker process, a thread that compares ``os.getppid()`` with the pid
-the parent recorded when it created the worker (``multiprocessing.parent_process()``): the two
-differ as soon as the worker is orphaned, and already differ if the parent died first, so there
-is no window in which a death is missed.
+datasets start, once per worker process, a thread that ends the worker when the process that
+created it (``multiprocessing.parent_process()``, its pid recorded by that process) no longer
+exists, or when the worker is reparented (its parent process id changes: the main process, or
+with the ``forkserver`` start method the fork server, ended). A parent that died before the
+watch started is found by the first check, so there is no window in which a death is missed.
 
 Why not ``prctl(PR_SET_PDEATHSIG)``: on Linux its "parent" is the *thread* that started the
 worker, so workers started from a thread that later ends (a prefetching thread, persistent
@@ -50,7 +51,9 @@ def end_with_parent() -> None:
 
 
 def _watch(parent_pid: int) -> None:
-    while os.getppid() == parent_pid:
+    # The process that forked this one: the main process, or with "forkserver" the fork server.
+    forked_by = os.getppid()
+    while os.getppid() == forked_by and _exists(parent_pid):
         time.sleep(POLL_SECONDS)
     try:
         os.write(
@@ -61,3 +64,13 @@ def _watch(parent_pid: int) -> None:
     except OSError:  # nobody reads our stderr any more
         pass
     os._exit(1)
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's process
+        return True
+    return True

@@ -1,12 +1,13 @@
 """Dies (os._exit) while one of its two DataLoader workers is still starting or busy (tests/test_faults.py).
 
-    python orphan_workers.py SHARD DIR iterable|indexed starting|busy
+    python orphan_workers.py SHARD DIR iterable|indexed starting|busy fork|forkserver|spawn
 
 Each worker writes its pid to ``DIR/worker-<id>.pid`` as it starts. Worker 1 is then held up:
 ``starting``: in a slow ``worker_init_fn``, so it begins after this process is gone; ``busy``:
 in a transform that runs for minutes. This process takes one batch (from worker 0), waits
 until worker 1 is held up, prints ``exiting`` and ends without tearing the loader down, as a
 training script killed by an error would. The test then checks that no worker outlives it.
+The last argument is the workers' start method (``multiprocessing_context``).
 """
 
 from __future__ import annotations
@@ -42,15 +43,23 @@ def transform(item: Any) -> Any:
 
 
 def main() -> None:
-    shard, kind = sys.argv[1], sys.argv[3]
+    shard, kind, context = sys.argv[1], sys.argv[3], sys.argv[5]
     spec = {"id": tt.FixedLen((), torch.int64)}
     loader: DataLoader[Any]
     if kind == "iterable":
         dataset = tt.TFRecordDataset(shard, spec=spec, batch_size=4, transform=transform)
-        loader = DataLoader(dataset, batch_size=None, num_workers=2, worker_init_fn=start_worker)
+        loader = DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=2,
+            worker_init_fn=start_worker,
+            multiprocessing_context=context,
+        )
     else:
         indexed = tt.IndexedTFRecordDataset(shard, spec=spec, transform=transform)
-        loader = DataLoader(indexed, batch_size=4, num_workers=2, worker_init_fn=start_worker)
+        loader = DataLoader(
+            indexed, batch_size=4, num_workers=2, worker_init_fn=start_worker, multiprocessing_context=context
+        )
     iterator = iter(loader)
     next(iterator)
     while not HELD_UP.exists():
