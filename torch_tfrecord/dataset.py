@@ -20,6 +20,7 @@ from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
 from ._resume import Resume, decode_state, encode_state, merge_loader_state
+from ._workers import end_with_parent
 from .codec import SpecArg
 from .collate import split_batch
 from .io import PathLike, StorageOptions
@@ -183,6 +184,10 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         return self.plan.units_per_rank
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        end_with_parent()  # now, as the worker creates its fetcher: not at its first batch request
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[dict[str, Any]]:
         epoch = self._epoch.get()
         info = get_worker_info()
         chunk = 1 if self.plan.batch_size else _SAMPLE_CHUNK
@@ -375,6 +380,7 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
         return self.__getitems__([index])[0]
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        end_with_parent()
         n = len(self)
         ids = np.array([int(i) for i in indices], dtype=np.int64)
         if ids.size and (ids.min() < -n or ids.max() >= n):

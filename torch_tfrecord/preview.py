@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ._extras import install_hint
 from .errors import FeatureError
 from .inspect import describe_record
 
@@ -90,7 +91,7 @@ def render_grid(
     try:
         from PIL import Image, ImageDraw, ImageFont
     except ImportError as error:
-        raise ImportError("preview needs Pillow: pip install 'torch-tfrecord[convert]'") from error
+        raise ImportError(f"preview needs Pillow; {install_hint('convert')}") from error
     tiles = []
     for number, payload in enumerate(records):
         features = describe_record(payload)

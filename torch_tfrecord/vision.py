@@ -1,7 +1,7 @@
 """Image decoding: torchvision.io when it imports, Pillow otherwise; same pixels either way.
 Detection records (the Object Detection API layout) to torchvision's detection targets.
 
-Both are optional (``pip install torch-tfrecord[vision]``) and imported on first use.
+Both are optional (the ``vision`` extra) and imported on first use.
 Set ``TORCH_TFRECORD_IMAGE_BACKEND=pillow`` (or ``torchvision``) to force one.
 """
 
@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+
+from ._extras import install_hint
 
 __all__ = ["DETECTION_KEYS", "decode_image", "detection_spec", "image_backend", "to_detection_target"]
 
@@ -53,7 +55,7 @@ def image_backend() -> Literal["torchvision", "pillow"]:
     if forced != "torchvision" and _pillow() is not None:
         return "pillow"
     wanted = forced or "torchvision or Pillow"
-    raise ImportError(f"decoding images needs {wanted}: pip install 'torch-tfrecord[vision]'")
+    raise ImportError(f"decoding images needs {wanted}; {install_hint('vision')}")
 
 
 def _luma(rgb: torch.Tensor) -> torch.Tensor:

@@ -4,8 +4,11 @@
 
 Trains through one epoch in lockstep with the other rank (an all_reduce per step), appending
 each batch's record ids to OUT_DIR/rank-R.log as it goes and saving the dataset's place every
-3 batches to OUT_DIR/rank-R.ckpt (atomically). Started again after a kill, it resumes from the
-checkpoint. The test kills it mid-epoch with SIGKILL.
+3 batches to OUT_DIR/rank-R-step-N.ckpt (atomically). Started again after a kill, the ranks
+resume from the last step that both saved: a kill can fall between one rank's save and the
+other's, and ranks resumed from different steps would take different numbers of steps (the
+one that finishes first leaves the other waiting in all_reduce). The test kills it mid-epoch
+with SIGKILL.
 """
 
 from __future__ import annotations
@@ -31,16 +34,18 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
     rank = dist.get_rank()
     dataset = tt.TFRecordDataset(shards, spec={"id": tt.FixedLen((), torch.int64)}, batch_size=8, seed=3)
-    checkpoint = out / f"rank-{rank}.ckpt"
-    done = 0
-    if checkpoint.exists():
-        saved = torch.load(checkpoint, weights_only=False)
+    saved_steps = [int(p.stem.rpartition("-")[2]) for p in out.glob(f"rank-{rank}-step-*.ckpt")]
+    common = torch.tensor([max(saved_steps, default=0)])
+    dist.all_reduce(common, op=dist.ReduceOp.MIN)  # every rank saved every step up to its last
+    done = int(common)
+    if done:
+        saved = torch.load(out / f"rank-{rank}-step-{done}.ckpt", weights_only=False)
         dataset.load_state_dict(saved["dataset"])
-        done = saved["batches"]
     else:
         dataset.set_epoch(0)
     loader = DataLoader(dataset, batch_size=None, num_workers=2)
     log = (out / f"rank-{rank}.log").open("a")
+    log.write(json.dumps({"resumed_from": done, "run": os.environ["RUN"]}) + "\n")
     # consumed: batches taken from this loader (after the loaded place)
     for consumed, batch in enumerate(loader, start=1):
         step = torch.tensor([float(batch["id"].sum())])
@@ -50,10 +55,9 @@ def main() -> None:
         log.flush()
         os.fsync(log.fileno())
         if (done + consumed) % CHECKPOINT_EVERY == 0:
+            checkpoint = out / f"rank-{rank}-step-{done + consumed}.ckpt"
             temporary = checkpoint.with_suffix(".tmp")
-            torch.save(
-                {"dataset": dataset.state_dict(consumed=consumed), "batches": done + consumed}, temporary
-            )
+            torch.save({"dataset": dataset.state_dict(consumed=consumed)}, temporary)
             os.replace(temporary, checkpoint)
     log.write(json.dumps({"finished": True, "run": os.environ["RUN"]}) + "\n")
     log.close()

@@ -43,7 +43,9 @@ def main() -> None:
         pass
     outcome.update(victim=victim, seconds=time.monotonic() - started, batches_after_kill=batches)
     print(json.dumps(outcome), flush=True)
-    os._exit(0)  # no loader teardown: the other worker's watchdog ends it once this process is gone
+    # No loader teardown, as in a script killed by the error: the other worker sees its parent gone
+    # (torch_tfrecord/_workers.py); the test kills this process group anyway.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Every converter writes shards ``{out_dir}/{name}[-{split}]-00000-of-0000N.tfreco
 indexes, in parallel (``jobs``), deterministically (the same input gives the same bytes), all
 or nothing (``on_error="raise"``) or leaving bad records out (``on_error="skip"``). The image
 converters write ``label_map.pbtxt`` beside them, and take one (a path or a
-:class:`LabelMap`) to fix the class ids. Needs Pillow (``pip install torch-tfrecord[convert]``).
+:class:`LabelMap`) to fix the class ids. Needs Pillow (the ``convert`` extra).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ import dataclasses
 import io
 from typing import Any
 
+from .._extras import install_hint
+
 __all__ = ["ImageInfo", "pillow", "probe", "reencode"]
 
 _FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "gif", "BMP": "bmp", "WEBP": "webp", "TIFF": "tiff"}
@@ -23,7 +25,7 @@ def pillow() -> Any:
     try:
         import PIL.Image
     except ImportError as error:
-        raise ImportError("converting images needs Pillow: pip install 'torch-tfrecord[convert]'") from error
+        raise ImportError(f"converting images needs Pillow; {install_hint('convert')}") from error
     return PIL.Image
 
 

@@ -10,7 +10,6 @@ from .ranged import RemoteFile, coalesce
 from .retry import RetryPolicy, is_transient, retrying, set_retry_policy
 from .upload import Upload
 from .urls import (
-    EXTRA,
     StorageOptions,
     exists,
     expand,
@@ -26,7 +25,6 @@ from .urls import (
 )
 
 __all__ = [
-    "EXTRA",
     "RemoteFile",
     "RetryPolicy",
     "StorageOptions",

@@ -12,11 +12,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from .._extras import install_hint
 from ..errors import SourceNotFoundError
 from .retry import retrying
 
 __all__ = [
-    "EXTRA",
     "StorageOptions",
     "exists",
     "expand",
@@ -33,8 +33,6 @@ __all__ = [
 
 StorageOptions = Mapping[str, Any] | None
 """Keyword arguments for the fsspec file system of a URL (credentials, endpoint, ...)."""
-
-EXTRA = "pip install 'torch-tfrecord[remote]'"
 
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -55,13 +53,14 @@ def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, s
     try:
         from fsspec.core import url_to_fs
     except ImportError as error:
-        raise ImportError(f"reading or writing {url!r} needs fsspec: {EXTRA}") from error
+        raise ImportError(f"reading or writing {url!r} needs fsspec; {install_hint('remote')}") from error
     try:
         return url_to_fs(url, **dict(storage_options or {}))  # type: ignore[no-any-return]
     except ImportError as error:
         protocol = url.partition("://")[0]
         raise ImportError(
-            f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); {EXTRA}"
+            f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); "
+            f"{install_hint('remote')}"
         ) from error
 
 
