@@ -71,6 +71,60 @@ def test_console_script_and_module_entry(records_dir: Path) -> None:
         assert "11  total" in result.stdout
 
 
+_WITHOUT_TORCH = """
+import sys
+from torch_tfrecord.cli import main
+for argv in {commands!r}:
+    assert main(argv) in (0, 1), argv
+loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
+assert not loaded, loaded
+"""
+
+
+def test_inspecting_commands_never_import_torch(golden_copy: Callable[[str], Path]) -> None:
+    # count, verify and head only read records: they start in a fraction of the time without torch.
+    plain, gzip = str(golden_copy("plain.tfrecord")), str(golden_copy("gzip.tfrecord.gz"))
+    damaged = str(golden_copy("flipped_payload.tfrecord"))
+    commands = [
+        ["count", plain, gzip],
+        ["verify", plain, gzip, damaged],
+        ["head", plain, "-n", "2"],
+        ["head", gzip, "--json"],
+    ]
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH.format(commands=commands)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "11  total" not in result.stdout and "22  total" in result.stdout  # the commands ran
+    assert "BAD  " in result.stdout and '"features"' in result.stdout
+
+
+def test_public_names_are_imported_on_first_use() -> None:
+    code = """
+import sys
+import torch_tfrecord as tt
+assert "torch" not in sys.modules
+assert set(tt.__all__) <= set(dir(tt))
+import torch_tfrecord.dataset  # binds the collate submodule on the package: tt.collate stays the function
+assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.collate", tt.collate
+assert tt.TFRecordDataset.__module__ == "torch_tfrecord.dataset"
+assert tt.native.decoder() in ("native", "python")
+for name in tt.__all__:
+    getattr(tt, name)
+try:
+    tt.TFRecordDatset
+except AttributeError as error:
+    assert "TFRecordDatset" in str(error)
+else:
+    raise AssertionError("a misspelt name must raise AttributeError")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
 def test_verify_lists_every_damaged_record_with_its_offset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,7 +26,6 @@ from .index import build_index, count_records, default_index_path, load_index
 from .inspect import format_json, format_text
 from .io import exists, expand_sources, resolve_compression
 from .reader import ReadStats, read_records
-from .schema import infer_spec
 
 __all__ = ["main"]
 
@@ -119,6 +118,8 @@ def _cmd_head(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import infer_spec  # imports torch: only this command pays for it
+
     spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
     rows = [(key, type(value).__name__, _spec_detail(value)) for key, value in spec.items()]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("feature", "spec", "detail"))]
@@ -396,6 +397,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_conversion_error(error: Exception) -> bool:
+    from .convert import ConversionError  # imports torch: only a conversion gets here
+
+    return isinstance(error, ConversionError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status (1: damage or a failed conversion,
     2: an error that stopped the command)."""
@@ -406,9 +413,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if args.debug:
             raise
-        from .convert import ConversionError
-
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"torch-tfrecord: error: {message}", file=sys.stderr)
-        return 1 if isinstance(error, ConversionError) else 2
+        return 1 if args.command == "convert" and _is_conversion_error(error) else 2
     return status

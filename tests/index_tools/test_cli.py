@@ -75,3 +75,20 @@ def test_module_entry_point(data_dir: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "3 indexed" in result.stdout
+
+
+def test_no_command_imports_torch(data_dir: Path, records_dir: Path) -> None:
+    data, plain, out = str(data_dir), str(records_dir / "plain.tfrecord"), str(data_dir / "idx")
+    code = f"""
+import sys
+from index_tools.cli import main
+assert main(["build", {data!r}, "--jobs", "2"]) == 0
+assert main(["build", {data!r}, {plain!r}, "--out-dir", {out!r}]) == 0
+assert main(["check", {data!r}]) == 0
+assert main(["stats", {data!r}]) == 0
+loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
+assert not loaded, loaded
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "3 indexed" in result.stdout and "TOTAL" in result.stdout
