@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+import importlib
 import shutil
 import subprocess
 import sys
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from torch_tfrecord._cli import plural
 from torch_tfrecord.cli import main
 
 
@@ -141,3 +144,54 @@ def test_verify_lists_every_damaged_record_with_its_offset(
     assert main(["verify", str(path)]) == 1
     out = capsys.readouterr().out
     assert "2 problems" in out and "at byte 36 (record 1)" in out and "at byte 108 (record 3)" in out
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(prefix, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _subcommands(sub, f"{prefix} {name}")
+    return found
+
+
+@pytest.mark.parametrize("module", ["torch_tfrecord.cli", "index_tools.cli"])
+def test_every_command_has_an_example_and_every_argument_help(module: str) -> None:
+    parser = importlib.import_module(module).build_parser()
+    for name, command in _subcommands(parser, parser.prog):
+        assert command.epilog and "example:" in command.epilog, name
+        for action in command._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{name}: {action.dest} has no help"
+        if name != parser.prog and not any(
+            isinstance(a, argparse._SubParsersAction) for a in command._actions
+        ):
+            # --debug is accepted after the subcommand too
+            assert "--debug" in command._option_string_actions, name
+
+
+def test_csv_help_speaks_only_of_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["convert", "csv", "--help"])
+    csv_help = capsys.readouterr().out
+    assert "--reencode" not in csv_help and "--label-map" not in csv_help and "--delimiter" in csv_help
+    with pytest.raises(SystemExit):
+        main(["convert", "image-folder", "--help"])
+    assert "--reencode" in capsys.readouterr().out
+
+
+def test_plural() -> None:
+    assert plural(1, "shard") == "1 shard"
+    assert [plural(n, "record") for n in (0, 2, 1234)] == ["0 records", "2 records", "1,234 records"]
+    assert plural(1, "index", "indexes") == "1 index" and plural(3, "index", "indexes") == "3 indexes"
+
+
+def test_counts_in_the_output_agree_with_their_nouns(
+    golden_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(golden_copy("plain.tfrecord"))
+    assert main(["verify", path]) == 0
+    assert "1 of 1 file OK" in capsys.readouterr().out
+    damaged = str(golden_copy("flipped_payload.tfrecord"))
+    assert main(["verify", damaged]) == 1
+    assert "1 problem\n" in capsys.readouterr().out

@@ -135,7 +135,7 @@ def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.
         ]
     )
     out = capsys.readouterr().out
-    assert status == 0 and "skipped 1 bad inputs" in out and "2 records written" in out
+    assert status == 0 and "skipped 1 bad input:" in out and "2 records written" in out
     assert "train: " in out and "val: " in out and "label map:" in out
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from index_tools.cli import main
-from torch_tfrecord import ShardedWriter
+from torch_tfrecord import ShardedWriter, TFRecordError
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def test_check_reports_stale(data_dir: Path, capsys: pytest.CaptureFixture[str])
     capsys.readouterr()
     assert main(["check", "-q", str(data_dir)]) == 1
     out = capsys.readouterr().out
-    assert "STALE" in out and "grew" in out and "1 of the indexes" in out
+    assert "STALE" in out and "grew" in out and "1 of 3 indexes is missing, stale or unreadable" in out
 
 
 def test_out_dir_and_missing_source(
@@ -92,3 +92,12 @@ assert not loaded, loaded
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     assert "3 indexed" in result.stdout and "TOTAL" in result.stdout
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "nothing-*")
+    assert main(["build", missing]) == 2
+    assert "tfrecord-index: error:" in capsys.readouterr().err
+    for argv in (["--debug", "build", missing], ["build", missing, "--debug"], ["check", missing, "--debug"]):
+        with pytest.raises(TFRecordError, match="glob matches no data file"):
+            main(argv)
