@@ -105,6 +105,27 @@ def test_inspecting_commands_never_import_torch(golden_copy: Callable[[str], Pat
     assert "BAD  " in result.stdout and '"features"' in result.stdout
 
 
+def test_preview_never_imports_torch(tmp_path: Path) -> None:
+    image = pytest.importorskip("PIL.Image")
+    import io
+
+    import torch_tfrecord as tt
+
+    buffer = io.BytesIO()
+    image.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")
+    with tt.RecordWriter(str(tmp_path / "images.tfrecord")) as writer:
+        writer.write(tt.encode_example({"image/encoded": buffer.getvalue(), "label": 1}))
+    commands = [["preview", str(tmp_path / "images.tfrecord"), "--out", str(tmp_path / "grid.png")]]
+    result = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_TORCH.format(commands=commands)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "grid.png").exists()
+
+
 def test_public_names_are_imported_on_first_use() -> None:
     code = """
 import sys
