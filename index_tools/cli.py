@@ -129,8 +129,8 @@ def _stats_row(payload: np.ndarray[Any, Any], framed_bytes: int, label: str) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfrecord-index",
-        description="Build and check index files (`<offset> <framed_size>` per record, the format "
-        "of DALI's tfrecord2idx and the tfrecord package) for TFRecord files.",
+        description="Build and check index files for TFRecord files: `<offset> <framed_size>` per\n"
+        "record, the format of DALI's tfrecord2idx and the tfrecord package.",
         epilog="example:\n  tfrecord-index build 'data/train-*.tfrecord' --jobs 8",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
