@@ -70,11 +70,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
     failed = [r for r in results if r.status == "failed"]
     records = sum(r.records for r in built)
     size = sum(r.bytes for r in built)
-    print(
-        f"{plural(len(results), 'file')}: {len(built):,} indexed, {len(fresh):,} already fresh, "
-        f"{len(failed):,} failed; {plural(records, 'record')}, {size / 1e6:,.1f} MB indexed in "
-        f"{seconds:.2f} s ({records / seconds if seconds else 0:,.0f} records/s)"
-    )
+    summary = f"{plural(len(results), 'file')}: {len(built):,} indexed, {len(fresh):,} already fresh"
+    summary += f", {len(failed):,} failed"
+    if built:
+        rate = records / seconds if seconds else 0
+        summary += f"; {plural(records, 'record')}, {size / 1e6:,.1f} MB indexed in {seconds:.2f} s"
+        summary += f" ({rate:,.0f} records/s)"
+    print(summary)
     return 1 if failed else 0
 
 
