@@ -4,6 +4,9 @@ Run on CPU (gloo) or GPUs (nccl, one process per GPU):
 
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --data /path/to/shards --epochs 3
 
+Run without a launcher (``python examples/train_ddp.py --data ...``), it trains in one process.
+It works from any directory (a relative ``--data`` is relative to where you run it).
+
 With ``--data`` naming an empty or missing directory, the script first writes a small synthetic
 dataset there (uneven shards on purpose), so it runs anywhere. Each Example holds a float
 vector ``features`` and an int ``label``. Every rank reads the same number of batches per epoch,
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 import torch
@@ -46,16 +50,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--data", type=Path, required=True, help="directory of .tfrecord shards")
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--batch-size", type=int, default=64, help="per rank")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
+    parser.add_argument(
+        "--data", type=Path, required=True, help="directory of .tfrecord shards (written there when empty)"
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="train until this epoch (default: 2)")
+    parser.add_argument("--batch-size", type=int, default=64, help="per rank (default: 64)")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank (default: 2)")
     parser.add_argument("--checkpoint", type=Path, help="save model + data position here each epoch")
-    parser.add_argument("--resume", action="store_true", help="start from --checkpoint")
+    parser.add_argument("--resume", action="store_true", help="start from the checkpoint in --checkpoint")
     args = parser.parse_args()
+    if args.resume and args.checkpoint is None:
+        parser.error("--resume needs --checkpoint DIR, the directory the checkpoint was saved in")
 
     cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if cuda else "gloo")
+    backend = "nccl" if cuda else "gloo"
+    if "RANK" in os.environ:  # torchrun (or another launcher) says who is who
+        dist.init_process_group(backend)
+    else:
+        print(
+            "no launcher: training in one process (for several: "
+            f"torchrun --standalone --nproc_per_node=2 {sys.argv[0]} --data ...)",
+            flush=True,
+        )
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     device = torch.device(f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if cuda else "cpu")
     if cuda:
@@ -81,8 +98,11 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
 
     first_epoch = 0
-    if args.resume and args.checkpoint is not None:
-        checkpoint = torch.load(args.checkpoint / f"rank{rank}.pt", map_location=device)
+    if args.resume:
+        path = args.checkpoint / f"rank{rank}.pt"
+        if not path.exists():
+            raise SystemExit(f"--resume: no checkpoint of rank {rank} at {str(path)!r}")
+        checkpoint = torch.load(path, map_location=device)
         model.module.load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
         dataset.load_state_dict(checkpoint["data"])

@@ -2,6 +2,8 @@
 
     python examples/train_detection.py --workdir /tmp/detection --steps 20
 
+(from any directory: only ``--workdir`` names a place, relative to where you run it)
+
 The script first draws a toy COCO dataset (coloured rectangles and ellipses on noise, with
 their boxes in a COCO ``instances.json``), converts it with ``torch_tfrecord.convert`` (the
 same as ``torch-tfrecord convert coco``), then trains torchvision's Faster R-CNN
@@ -85,10 +87,14 @@ def as_lists(batch: list[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> tuple
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workdir", default="/tmp/torch-tfrecord-detection")
-    parser.add_argument("--images", type=int, default=24)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument(
+        "--workdir",
+        default="/tmp/torch-tfrecord-detection",
+        help="where the toy COCO data and the shards go (default: /tmp/torch-tfrecord-detection)",
+    )
+    parser.add_argument("--images", type=int, default=24, help="toy images to draw (default: 24)")
+    parser.add_argument("--steps", type=int, default=10, help="training steps (default: 10)")
+    parser.add_argument("--batch-size", type=int, default=4, help="images per step (default: 4)")
     args = parser.parse_args()
     import torchvision
 
@@ -134,11 +140,11 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()  # type: ignore[union-attr]
             optimizer.step()
-            losses.append(float(loss.detach()))  # type: ignore[union-attr]
+            losses.append(loss.item())  # type: ignore[union-attr]
             step += 1
             print(
-                f"step {step:3d}  loss {float(loss):.3f}  "
-                + "  ".join(f"{k} {float(v):.3f}" for k, v in loss_parts.items())
+                f"step {step:3d}  loss {losses[-1]:.3f}  "
+                + "  ".join(f"{k} {v.item():.3f}" for k, v in loss_parts.items())
             )
             if step == args.steps:
                 break

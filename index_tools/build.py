@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,8 @@ from torch_tfrecord.index import build_index, default_index_path, load_index, sa
 from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join
 
 __all__ = ["BuildResult", "IndexCheck", "build_indexes", "index_path_for", "index_status"]
+
+_log = logging.getLogger(__name__)
 
 Status = Literal["built", "fresh", "failed"]
 IndexState = Literal["fresh", "missing", "stale", "unreadable"]
@@ -80,17 +83,23 @@ def index_status(path: PathLike, index_path: PathLike, storage_options: StorageO
     return IndexCheck("fresh", f"{len(table)} records", len(table))
 
 
-def _build_one(
-    path: str, index_path: str, force: bool, verify_crc: bool, storage_options: StorageOptions
-) -> BuildResult:
+def _fresh(path: str, index_path: str, storage_options: StorageOptions) -> BuildResult | None:
+    """The result for a file whose index is fresh already; None when it needs building."""
+    start = time.perf_counter()
+    try:
+        check = index_status(path, index_path, storage_options)
+        if check.state != "fresh":
+            return None
+        size = file_size(path, storage_options)
+    except (TFRecordError, OSError):
+        return None  # building it reports the error
+    return BuildResult(path, index_path, "fresh", check.records, size, time.perf_counter() - start)
+
+
+def _build_one(path: str, index_path: str, verify_crc: bool, storage_options: StorageOptions) -> BuildResult:
     start = time.perf_counter()
     try:
         size = file_size(path, storage_options)
-        if not force:
-            check = index_status(path, index_path, storage_options)
-            if check.state == "fresh":
-                seconds = time.perf_counter() - start
-                return BuildResult(path, index_path, "fresh", check.records, size, seconds)
         table = build_index(path, verify_crc=verify_crc, storage_options=storage_options)
         save_index(table, index_path, storage_options)
     except (TFRecordError, OSError) as error:
@@ -116,6 +125,8 @@ def build_indexes(
         paths: uncompressed TFRecord files (paths or URLs).
         jobs: worker processes (default: the number of CPUs; 1 runs in this process). They are
             spawned, not forked: a script calls this under ``if __name__ == "__main__":``.
+            Fresh indexes are recognised first, in this process: no worker starts when no file
+            needs an index, and none when only one does.
         force: rebuild indexes that are already fresh.
         verify_crc: also check every payload CRC while building.
         out_dir: write indexes there instead of beside the data (a directory or URL prefix).
@@ -140,18 +151,28 @@ def build_indexes(
             remote.make_dirs(os.fspath(out_dir), storage_options)
         else:
             os.makedirs(out_dir, exist_ok=True)
-    jobs = min(jobs or os.cpu_count() or 1, max(len(names), 1))
     results: dict[int, BuildResult] = {}
+    pending: list[int] = []
+    for i, (name, index_path) in enumerate(zip(names, index_paths)):
+        fresh = None if force else _fresh(name, index_path, storage_options)
+        if fresh is None:
+            pending.append(i)
+            continue
+        results[i] = fresh
+        if on_result is not None:
+            on_result(fresh)
+    jobs = min(jobs or os.cpu_count() or 1, len(pending))
+    _log.debug("%d of %d files need an index; %d worker processes", len(pending), len(names), jobs)
     if jobs <= 1:
-        for i, (name, index_path) in enumerate(zip(names, index_paths)):
-            results[i] = _build_one(name, index_path, force, verify_crc, storage_options)
+        for i in pending:
+            results[i] = _build_one(names[i], index_paths[i], verify_crc, storage_options)
             if on_result is not None:
                 on_result(results[i])
     else:
         with worker_processes(jobs) as pool:
             futures = {
-                pool.submit(_build_one, name, index_path, force, verify_crc, storage_options): i
-                for i, (name, index_path) in enumerate(zip(names, index_paths))
+                pool.submit(_build_one, names[i], index_paths[i], verify_crc, storage_options): i
+                for i in pending
             }
             for future in as_completed(futures):
                 i = futures[future]

@@ -3,6 +3,8 @@
 tfrecord-index build data/train-*.tfrecord --jobs 8
 tfrecord-index check data/
 tfrecord-index stats data/
+
+Errors are one line (``tfrecord-index: error: ...``); ``--debug`` shows the traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from torch_tfrecord._cli import add_storage_options, progress_bar, storage_options
+from torch_tfrecord._cli import (
+    add_command,
+    add_debug_option,
+    add_storage_options,
+    plural,
+    progress_bar,
+    storage_options,
+)
 from torch_tfrecord._processes import WorkerDiedError
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.index import load_index
@@ -61,24 +70,31 @@ def _cmd_build(args: argparse.Namespace) -> int:
     failed = [r for r in results if r.status == "failed"]
     records = sum(r.records for r in built)
     size = sum(r.bytes for r in built)
-    print(
-        f"{len(results)} files: {len(built)} indexed, {len(fresh)} already fresh, {len(failed)} failed; "
-        f"{records:,} records, {size / 1e6:,.1f} MB indexed in {seconds:.2f} s "
-        f"({records / seconds if seconds else 0:,.0f} records/s)"
-    )
+    summary = f"{plural(len(results), 'file')}: {len(built):,} indexed, {len(fresh):,} already fresh"
+    summary += f", {len(failed):,} failed"
+    if built:
+        rate = records / seconds if seconds else 0
+        summary += f"; {plural(records, 'record')}, {size / 1e6:,.1f} MB indexed in {seconds:.2f} s"
+        summary += f" ({rate:,.0f} records/s)"
+    print(summary)
     return 1 if failed else 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
     options = storage_options(args)
-    for path in expand_sources(args.paths, options):
+    paths = expand_sources(args.paths, options)
+    for path in paths:
         check = index_status(path, index_path_for(path, args.index_dir), options)
         if check.state != "fresh":
             bad += 1
         if check.state != "fresh" or not args.quiet:
             print(f"{check.state.upper():10} {path}: {check.detail}")
-    print(f"{bad} of the indexes are missing, stale or unreadable" if bad else "all indexes are fresh")
+    if bad:
+        verb = "is" if bad == 1 else "are"
+        print(f"{bad:,} of {plural(len(paths), 'index', 'indexes')} {verb} missing, stale or unreadable")
+    else:
+        print("all indexes are fresh")
     return 1 if bad else 0
 
 
@@ -115,14 +131,28 @@ def _stats_row(payload: np.ndarray[Any, Any], framed_bytes: int, label: str) -> 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfrecord-index",
-        description="Build and check index files (`<offset> <framed_size>` per record, the format "
-        "of DALI's tfrecord2idx and the tfrecord package) for TFRecord files.",
+        description="Build and check index files for TFRecord files: `<offset> <framed_size>` per\n"
+        "record, the format of DALI's tfrecord2idx and the tfrecord package.",
+        epilog="example:\n  tfrecord-index build 'data/train-*.tfrecord' --jobs 8",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
-    build = commands.add_parser("build", help="index files (paths, globs or directories)")
+    build = add_command(
+        commands,
+        "build",
+        "write the index of every file that has no fresh one (missing or stale), in parallel",
+        "tfrecord-index build 'data/train-*.tfrecord' --jobs 8\n"
+        "tfrecord-index build s3://bucket/train/ --out-dir /indexes/train",
+    )
     build.add_argument("paths", nargs="+", help="data files, globs, directories or URLs (s3://...)")
-    build.add_argument("--jobs", "-j", type=int, default=None, help="worker processes (default: CPUs)")
+    build.add_argument(
+        "--jobs",
+        "-j",
+        type=int,
+        default=None,
+        help="worker processes (default: the CPUs; none start when one file or none needs an index)",
+    )
     build.add_argument("--force", action="store_true", help="rebuild indexes that are already fresh")
     build.add_argument("--verify-crc", action="store_true", help="also check every payload's CRC")
     build.add_argument("--out-dir", help="write indexes here (a directory or URL) instead of beside the data")
@@ -130,18 +160,29 @@ def build_parser() -> argparse.ArgumentParser:
     add_storage_options(build)
     build.set_defaults(run=_cmd_build)
 
-    check = commands.add_parser("check", help="report missing or stale indexes (exit 1 if any)")
-    check.add_argument("paths", nargs="+")
+    check = add_command(
+        commands,
+        "check",
+        "report missing, stale or unreadable indexes; exit 1 if there is any",
+        "tfrecord-index check data/ --quiet",
+    )
+    check.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
     check.add_argument("--index-dir", help="look for indexes here instead of beside the data")
     check.add_argument("--quiet", "-q", action="store_true", help="list only the bad ones")
     add_storage_options(check)
     check.set_defaults(run=_cmd_check)
 
-    stats = commands.add_parser("stats", help="records and payload sizes, from the indexes")
-    stats.add_argument("paths", nargs="+")
+    stats = add_command(
+        commands,
+        "stats",
+        "records and payload sizes per file and in total, read from the indexes",
+        "tfrecord-index stats 'data/train-*.tfrecord'",
+    )
+    stats.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
     stats.add_argument("--index-dir", help="look for indexes here instead of beside the data")
     add_storage_options(stats)
     stats.set_defaults(run=_cmd_stats)
+    add_debug_option(parser, build, check, stats)
     return parser
 
 
@@ -151,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status: int = args.run(args)
     except (TFRecordError, ValueError, ImportError, WorkerDiedError) as error:
+        if args.debug:
+            raise
         print(f"tfrecord-index: error: {error}", file=sys.stderr)
         return 2
     return status

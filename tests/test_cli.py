@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import argparse
+import importlib
 import shutil
 import subprocess
 import sys
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from torch_tfrecord._cli import plural
 from torch_tfrecord.cli import main
 
 
@@ -71,6 +74,78 @@ def test_console_script_and_module_entry(records_dir: Path) -> None:
         assert "11  total" in result.stdout
 
 
+_WITHOUT_TORCH = """
+import sys
+from torch_tfrecord.cli import main
+for argv in {commands!r}:
+    assert main(argv) in (0, 1), argv
+loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
+assert not loaded, loaded
+"""
+
+
+def _run_without_torch(commands: list[list[str]]) -> str:
+    """Runs the commands in a fresh interpreter, which fails if any of them imported torch."""
+    code = _WITHOUT_TORCH.format(commands=commands)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_inspecting_commands_never_import_torch(golden_copy: Callable[[str], Path]) -> None:
+    # count, verify and head only read records: they start in a fraction of the time without torch.
+    plain, gzip = str(golden_copy("plain.tfrecord")), str(golden_copy("gzip.tfrecord.gz"))
+    damaged = str(golden_copy("flipped_payload.tfrecord"))
+    commands = [
+        ["count", plain, gzip],
+        ["verify", plain, gzip, damaged],
+        ["head", plain, "-n", "2"],
+        ["head", gzip, "--json"],
+    ]
+    out = _run_without_torch(commands)
+    assert "11  total" not in out and "22  total" in out  # the commands ran
+    assert "BAD  " in out and '"features"' in out
+
+
+def test_preview_never_imports_torch(tmp_path: Path) -> None:
+    image = pytest.importorskip("PIL.Image")
+    import io
+
+    import torch_tfrecord as tt
+
+    buffer = io.BytesIO()
+    image.new("RGB", (8, 8), (200, 30, 30)).save(buffer, format="PNG")
+    with tt.RecordWriter(str(tmp_path / "images.tfrecord")) as writer:
+        writer.write(tt.encode_example({"image/encoded": buffer.getvalue(), "label": 1}))
+    commands = [["preview", str(tmp_path / "images.tfrecord"), "--out", str(tmp_path / "grid.png")]]
+    assert "1 record, " in _run_without_torch(commands)
+    assert (tmp_path / "grid.png").exists()
+
+
+def test_public_names_are_imported_on_first_use() -> None:
+    code = """
+import sys
+import torch_tfrecord as tt
+assert "torch" not in sys.modules
+assert set(tt.__all__) <= set(dir(tt))
+assert set(tt.__all__) == set(tt._EXPORTS), set(tt.__all__) ^ set(tt._EXPORTS)  # a new name goes in both
+import torch_tfrecord.dataset  # binds the collate submodule on the package: tt.collate stays the function
+assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.collate", tt.collate
+assert tt.TFRecordDataset.__module__ == "torch_tfrecord.dataset"
+assert tt.native.decoder() in ("native", "python")
+for name in tt.__all__:
+    getattr(tt, name)
+try:
+    tt.TFRecordDatset
+except AttributeError as error:
+    assert "TFRecordDatset" in str(error)
+else:
+    raise AssertionError("a misspelt name must raise AttributeError")
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+
+
 def test_verify_lists_every_damaged_record_with_its_offset(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -87,3 +162,54 @@ def test_verify_lists_every_damaged_record_with_its_offset(
     assert main(["verify", str(path)]) == 1
     out = capsys.readouterr().out
     assert "2 problems" in out and "at byte 36 (record 1)" in out and "at byte 108 (record 3)" in out
+
+
+def _subcommands(parser: argparse.ArgumentParser, prefix: str) -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(prefix, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                found += _subcommands(sub, f"{prefix} {name}")
+    return found
+
+
+@pytest.mark.parametrize("module", ["torch_tfrecord.cli", "index_tools.cli"])
+def test_every_command_has_an_example_and_every_argument_help(module: str) -> None:
+    parser = importlib.import_module(module).build_parser()
+    for name, command in _subcommands(parser, parser.prog):
+        assert command.epilog and "example:" in command.epilog, name
+        for action in command._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help, f"{name}: {action.dest} has no help"
+        if name != parser.prog and not any(
+            isinstance(a, argparse._SubParsersAction) for a in command._actions
+        ):
+            # --debug is accepted after the subcommand too
+            assert "--debug" in command._option_string_actions, name
+
+
+def test_csv_help_speaks_only_of_its_own_options(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["convert", "csv", "--help"])
+    csv_help = capsys.readouterr().out
+    assert "--reencode" not in csv_help and "--label-map" not in csv_help and "--delimiter" in csv_help
+    with pytest.raises(SystemExit):
+        main(["convert", "image-folder", "--help"])
+    assert "--reencode" in capsys.readouterr().out
+
+
+def test_plural() -> None:
+    assert plural(1, "shard") == "1 shard"
+    assert [plural(n, "record") for n in (0, 2, 1234)] == ["0 records", "2 records", "1,234 records"]
+    assert plural(1, "index", "indexes") == "1 index" and plural(3, "index", "indexes") == "3 indexes"
+
+
+def test_counts_in_the_output_agree_with_their_nouns(
+    golden_copy: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(golden_copy("plain.tfrecord"))
+    assert main(["verify", path]) == 0
+    assert "1 of 1 file OK" in capsys.readouterr().out
+    damaged = str(golden_copy("flipped_payload.tfrecord"))
+    assert main(["verify", damaged]) == 1
+    assert "1 problem\n" in capsys.readouterr().out

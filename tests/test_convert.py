@@ -489,12 +489,25 @@ def test_example_converts_coco_and_trains_a_torchvision_detector(tmp_path: Path)
 
     script = Path(__file__).parents[1] / "examples" / "train_detection.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--workdir", str(tmp_path), "--steps", "3", "--images", "12"],
+        [
+            sys.executable,
+            "-W",
+            "error::UserWarning",
+            str(script),
+            "--workdir",
+            "work",
+            "--steps",
+            "3",
+            "--images",
+            "12",
+        ],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=tmp_path,  # from any directory, --workdir relative to it
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    tmp_path = tmp_path / "work"
     assert (
         "converted: {'train': 9, 'val': 3} records, classes {1: 'rectangle', 2: 'ellipse'}" in result.stdout
     )

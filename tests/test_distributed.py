@@ -181,3 +181,27 @@ def test_train_ddp_example_runs_under_torchrun(tmp_path: Path) -> None:
     assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("epoch")] == [
         "epoch 2"
     ]
+
+
+def test_train_ddp_example_runs_in_one_process_without_a_launcher(tmp_path: Path) -> None:
+    script = str(ROOT / "examples" / "train_ddp.py")
+    env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    command = [sys.executable, script, "--data", "data", "--epochs", "1", "--workers", "0"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no launcher: training in one process (for several: torchrun" in done.stdout
+    assert "batches per rank x 1 ranks" in done.stdout
+    assert any((tmp_path / "data").glob("*.tfrecord"))  # --data relative to where it runs
+    refused = subprocess.run(
+        [*command, "--resume"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path
+    )
+    assert refused.returncode == 2 and "--resume needs --checkpoint" in refused.stderr
+    missing = subprocess.run(
+        [*command, "--resume", "--checkpoint", "nowhere"],
+        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert (
+        missing.returncode == 1
+        and "--resume: no checkpoint of rank 0 at 'nowhere/rank0.pt'" in missing.stderr
+    )

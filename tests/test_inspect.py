@@ -4,6 +4,7 @@ command line: output, exit codes, one-line errors, --help with an example."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import subprocess
 import sys
@@ -96,14 +97,37 @@ def test_preview_draws_images_labels_and_boxes(tmp_path: Path, capsys: pytest.Ca
     assert "3 records" in capsys.readouterr().out
     with PILImage.open(grid) as picture:
         pixels = np.asarray(picture.convert("RGB")).astype(int)
-    assert pixels.shape == (2 * (128 + 16), 2 * 128, 3)
-    # The street's 'car' box (x 0.1..0.6 of the 128-wide, 64-high tile at (0, 32)) is drawn in
-    # its class colour on the grey image, the grey inside left alone.
-    tile = pixels[: 128 + 16, 128:]  # second tile: street.jpg (image ids 3, 7, 12 in order)
-    street = pixels[144:, :128]
+    gap = 8  # around and between the tiles
+    assert pixels.shape == (gap + 2 * (128 + 16 + gap), gap + 2 * (128 + gap), 3)
+    # The street's 'car' box (x 0.1..0.6 of the 128-wide, 64-high image at (0, 32) of its tile)
+    # is drawn in its class colour on the grey image, the grey inside left alone.
+    street = pixels[gap + 152 : gap + 152 + 144, gap : gap + 128]  # third tile (image ids 3, 7, 12)
     assert (street[32:96] != 90).any(axis=-1).sum() > 100
     assert (np.abs(street[60, 30:70] - 90) < 3).all()
-    assert tile.shape[0] == 144
+
+
+@pytest.mark.parametrize("colour", [(200, 30, 30), (24, 24, 24), (150, 150, 150)])
+def test_preview_tiles_of_one_colour_stay_apart(colour: tuple[int, int, int]) -> None:
+    # Same-coloured neighbours used to touch and read as one band. Whatever the images' colour
+    # (even the background's or the frame's), a line across two neighbours crosses something else.
+    from torch_tfrecord.preview import render_grid
+
+    buffer = io.BytesIO()
+    PILImage.new("RGB", (40, 40), colour).save(buffer, format="PNG")
+    records = [tt.encode_example({"image/encoded": buffer.getvalue(), "label": i}) for i in range(4)]
+    pixels = np.asarray(render_grid(records, cell=40, columns=2)).astype(int)
+    gap, caption = 8, 16
+    assert pixels.shape == (gap + 2 * (40 + caption + gap), gap + 2 * (40 + gap), 3)
+    middle_row = pixels[gap + 20]  # through images 0 and 1
+    assert (middle_row[gap : gap + 40] == colour).all()
+    assert (middle_row[2 * gap + 40 : 2 * gap + 80] == colour).all()
+    between = middle_row[gap + 40 : 2 * gap + 40]
+    assert (between[[0, -1]] == (150, 150, 150)).all()  # each image's frame
+    assert (between[1:-1] == (24, 24, 24)).all()  # the background between them
+    assert (between != colour).any(axis=-1).sum() >= 2
+    middle_column = pixels[:, gap + 20]  # through images 0 and 2, across the caption band
+    below = middle_column[gap + 40 : 2 * gap + 40 + caption]
+    assert (below != colour).any(axis=-1).sum() >= 2
 
 
 def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,7 +159,7 @@ def test_convert_cli_summary_and_one_line_errors(tmp_path: Path, capsys: pytest.
         ]
     )
     out = capsys.readouterr().out
-    assert status == 0 and "skipped 1 bad inputs" in out and "2 records written" in out
+    assert status == 0 and "skipped 1 bad input:" in out and "2 records written" in out
     assert "train: " in out and "val: " in out and "label map:" in out
 
 

@@ -60,3 +60,16 @@ def test_equality_and_to(ragged: Ragged) -> None:
     )
     assert ragged != ragged.to(torch.float32)
     assert ragged.to(torch.float32).values.dtype == torch.float32
+
+
+def test_repr_shows_the_shape_and_the_first_values_with_ellipses() -> None:
+    small = Ragged.from_rows([torch.tensor([1, 2]), torch.tensor([], dtype=torch.int64), torch.arange(3, 11)])
+    assert repr(small) == (
+        "Ragged(rows=3, lengths=[2, 0, 8], dtype=torch.int64, values=[[1, 2], [], [3, 4, 5, 6, 7, 8, ...]])"
+    )
+    big = Ragged.from_rows([torch.full((n, 1000), 0.5) for n in range(100)])
+    text = repr(big)
+    assert text.startswith("Ragged(rows=100, lengths=0..99, total=4950, dtype=torch.float32, inner=(1000,), ")
+    # Four rows shown, each inner list cut after six values, then an ellipsis for the rows left out.
+    assert text.endswith("[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ...]], ...])") and len(text) < 600
+    assert repr(Ragged.from_rows([])) == "Ragged(rows=0, lengths=[], dtype=torch.float32, values=[])"

@@ -1,44 +1,73 @@
-"""torch-tfrecord: read and write TFRecord files in PyTorch, with no TensorFlow."""
+"""torch-tfrecord: read and write TFRecord files in PyTorch, with no TensorFlow.
 
-from ._pipeline import PADDING_KEY, RECORD_ID_KEY
-from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
-from .collate import collate, split_batch
-from .dataset import IndexedTFRecordDataset, TFRecordDataset
-from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
-from .errors import (
-    CompressedIndexError,
-    CorruptRecordError,
-    ExampleDecodeError,
-    FeatureError,
-    FeatureShapeError,
-    FeatureTypeError,
-    IndexFormatError,
-    MissingFeatureError,
-    RemoteIOError,
-    SourceNotFoundError,
-    SpecError,
-    StaleIndexError,
-    TFRecordError,
-    TruncatedRecordError,
-)
-from .framing import encode_record, masked_crc32c
-from .index import (
-    build_index,
-    check_index,
-    count_records,
-    default_index_path,
-    load_index,
-    save_index,
-)
-from .order import EpochPlan
-from .ragged import Ragged
-from .reader import ReadStats, read_records
-from .schema import infer_spec
-from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
-from .vision import detection_spec
-from .writer import ExampleWriter, RecordWriter, ShardedWriter
+The public names are imported on first use (PEP 562), so that ``import torch_tfrecord``, and the
+command lines that need no tensors (``count``, ``verify``, ``head``, ``tfrecord-index``), start
+without importing torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
+
+# Each public name and the submodule that defines it.
+_EXPORTS: dict[str, str] = {
+    "PADDING_KEY": "_pipeline",
+    "RECORD_ID_KEY": "_pipeline",
+    "BytesList": "encode",
+    "CompressedIndexError": "errors",
+    "CorruptRecordError": "errors",
+    "EpochPlan": "order",
+    "ExampleDecodeError": "errors",
+    "ExampleWriter": "writer",
+    "FeatureError": "errors",
+    "FeatureShapeError": "errors",
+    "FeatureTypeError": "errors",
+    "FixedLen": "spec",
+    "FixedLenSequence": "spec",
+    "FloatList": "encode",
+    "Image": "spec",
+    "IndexFormatError": "errors",
+    "IndexedTFRecordDataset": "dataset",
+    "Int64List": "encode",
+    "MissingFeatureError": "errors",
+    "Ragged": "ragged",
+    "RawTensor": "spec",
+    "ReadStats": "reader",
+    "RecordWriter": "writer",
+    "RemoteIOError": "errors",
+    "ShardedWriter": "writer",
+    "SourceNotFoundError": "errors",
+    "SpecError": "errors",
+    "StaleIndexError": "errors",
+    "TFRecordDataset": "dataset",
+    "TFRecordError": "errors",
+    "TruncatedRecordError": "errors",
+    "VarLen": "spec",
+    "build_index": "index",
+    "check_index": "index",
+    "collate": "collate",
+    "count_records": "index",
+    "decode_batch": "codec",
+    "decode_example": "codec",
+    "decode_sequence_batch": "codec",
+    "decode_sequence_example": "codec",
+    "default_index_path": "index",
+    "detection_spec": "vision",
+    "encode_example": "encode",
+    "encode_record": "framing",
+    "encode_sequence_example": "encode",
+    "infer_spec": "schema",
+    "load_index": "index",
+    "masked_crc32c": "framing",
+    "read_records": "reader",
+    "save_index": "index",
+    "split_batch": "collate",
+}
 
 __all__ = [
     "PADDING_KEY",
@@ -93,3 +122,76 @@ __all__ = [
     "save_index",
     "split_batch",
 ]
+
+if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __getattr__
+    from ._pipeline import PADDING_KEY, RECORD_ID_KEY
+    from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
+    from .collate import collate, split_batch
+    from .dataset import IndexedTFRecordDataset, TFRecordDataset
+    from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
+    from .errors import (
+        CompressedIndexError,
+        CorruptRecordError,
+        ExampleDecodeError,
+        FeatureError,
+        FeatureShapeError,
+        FeatureTypeError,
+        IndexFormatError,
+        MissingFeatureError,
+        RemoteIOError,
+        SourceNotFoundError,
+        SpecError,
+        StaleIndexError,
+        TFRecordError,
+        TruncatedRecordError,
+    )
+    from .framing import encode_record, masked_crc32c
+    from .index import build_index, check_index, count_records, default_index_path, load_index, save_index
+    from .order import EpochPlan
+    from .ragged import Ragged
+    from .reader import ReadStats, read_records
+    from .schema import infer_spec
+    from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
+    from .vision import detection_spec
+    from .writer import ExampleWriter, RecordWriter, ShardedWriter
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its submodule on first use; else a submodule (``tt.native``)."""
+    module_name = _EXPORTS.get(name)
+    if module_name is not None:
+        value = getattr(importlib.import_module(f".{module_name}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise  # the submodule exists but needs something that is missing
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+class _Package(types.ModuleType):
+    """Keeps a public name from being replaced by the submodule of the same name.
+
+    Importing a submodule binds it as an attribute of the package: importing
+    ``torch_tfrecord.collate`` (as ``dataset`` does) would turn ``tt.collate`` from the function
+    into the module.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if (
+            name in _EXPORTS
+            and isinstance(value, types.ModuleType)
+            and value.__name__ == f"{__name__}.{name}"
+        ):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

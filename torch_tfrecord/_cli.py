@@ -7,7 +7,14 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["add_storage_options", "progress_bar", "storage_options"]
+__all__ = [
+    "add_command",
+    "add_debug_option",
+    "add_storage_options",
+    "plural",
+    "progress_bar",
+    "storage_options",
+]
 
 _HELP = (
     "fsspec storage options for URLs, as a JSON object, e.g. "
@@ -45,3 +52,43 @@ def progress_bar(total: int, unit: str, enabled: bool) -> Any:
     except ImportError:
         return None
     return tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
+
+
+def plural(count: int, noun: str, plural_form: str | None = None) -> str:
+    """``count`` and ``noun``, in the plural unless it is 1: ``1 shard``, ``2 shards``, ``1,000 indexes``.
+
+    Args:
+        count: how many.
+        noun: the singular.
+        plural_form: the plural when it is not ``noun + "s"`` (``"indexes"``).
+    """
+    return f"{count:,} {noun if count == 1 else plural_form or noun + 's'}"
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the line breaks of the examples in an epilog."""
+
+
+def add_command(commands: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    """Adds a subcommand whose ``--help`` says what it does and ends with an example.
+
+    Args:
+        commands: what ``ArgumentParser.add_subparsers`` returned.
+        name: the subcommand.
+        help: one line, shown in the parent's list and as the description.
+        example: a command line (or several, one per line).
+    """
+    epilog = "example:\n" + "\n".join(f"  {line}" for line in example.splitlines())
+    parser: argparse.ArgumentParser = commands.add_parser(
+        name, help=help, description=help, epilog=epilog, formatter_class=_Formatter
+    )
+    return parser
+
+
+def add_debug_option(parser: argparse.ArgumentParser, *subcommands: argparse.ArgumentParser) -> None:
+    """``--debug`` (show an error's traceback) before the subcommand or after it."""
+    help = "show the traceback of an error"
+    parser.add_argument("--debug", action="store_true", help=help)
+    for command in subcommands:
+        # SUPPRESS: a subcommand without the flag leaves the parent's value as it is.
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=help)

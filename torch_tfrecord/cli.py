@@ -20,13 +20,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._cli import add_storage_options, storage_options
+from ._cli import add_command, add_debug_option, add_storage_options, plural, storage_options
 from .errors import TFRecordError
 from .index import build_index, count_records, default_index_path, load_index
 from .inspect import format_json, format_text
 from .io import exists, expand_sources, resolve_compression
 from .reader import ReadStats, read_records
-from .schema import infer_spec
 
 __all__ = ["main"]
 
@@ -95,13 +94,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             problems = [f"{type(error).__name__}: {error}"]
         if problems:
             failed += 1
-            print(f"BAD  {path}: {len(problems)} problem{'s' if len(problems) > 1 else ''}")
+            print(f"BAD  {path}: {plural(len(problems), 'problem')}")
             for problem in problems:
                 print(f"       {problem}")
         elif not args.quiet:
             print(f"OK   {path}")
     seconds = time.perf_counter() - start
-    print(f"{len(paths) - failed} of {len(paths)} files OK ({seconds:.2f} s)")
+    print(f"{len(paths) - failed:,} of {plural(len(paths), 'file')} OK ({seconds:.2f} s)")
     return 1 if failed else 0
 
 
@@ -119,6 +118,8 @@ def _cmd_head(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    from .schema import infer_spec  # imports torch: only this command pays for it
+
     spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
     rows = [(key, type(value).__name__, _spec_detail(value)) for key, value in spec.items()]
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("feature", "spec", "detail"))]
@@ -150,7 +151,7 @@ def _cmd_preview(args: argparse.Namespace) -> int:
             break
     sheet = render_grid(records, locations=locations, cell=args.cell)
     sheet.save(args.out)
-    print(f"{args.out}: {len(records)} records, {sheet.width}x{sheet.height} pixels")
+    print(f"{args.out}: {plural(len(records), 'record')}, {sheet.width}x{sheet.height} pixels")
     return 0
 
 
@@ -219,31 +220,21 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - start
     for split, paths in result.shards.items():
         label = split or "records"
-        print(f"{label}: {result.records[split]:,} records in {len(paths)} shards ({paths[0]} ...)")
+        records, shards = plural(result.records[split], "record"), plural(len(paths), "shard")
+        print(f"{label}: {records} in {shards} ({paths[0]}{' ...' if len(paths) > 1 else ''})")
     if result.label_map:
         print(f"label map: {result.label_map}")
     if result.skipped:
-        print(f"skipped {len(result.skipped)} bad inputs:")
+        print(f"skipped {plural(len(result.skipped), 'bad input')}:")
         for message in result.skipped[:20]:
             print(f"  {message}")
         if len(result.skipped) > 20:
             print(f"  ... and {len(result.skipped) - 20} more")
-    print(f"{result.total:,} records written in {seconds:.2f} s")
+    print(f"{plural(result.total, 'record')} written in {seconds:.2f} s")
     return 0
 
 
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    pass
-
-
-def _command(commands: Any, name: str, help: str, example: str) -> argparse.ArgumentParser:
-    parser: argparse.ArgumentParser = commands.add_parser(
-        name, help=help, description=help, epilog=f"example:\n  {example}", formatter_class=_Formatter
-    )
-    return parser
-
-
-def _add_write_options(parser: argparse.ArgumentParser) -> None:
+def _add_write_options(parser: argparse.ArgumentParser, images: bool) -> None:
     parser.add_argument("--out", required=True, help="output directory (or URL prefix)")
     parser.add_argument("--name", default="data", help="shard name prefix (default: data)")
     sharding = parser.add_mutually_exclusive_group()
@@ -260,8 +251,12 @@ def _add_write_options(parser: argparse.ArgumentParser) -> None:
         "-j",
         type=int,
         default=None,
-        help="encoding processes (default: the number of CPUs with --reencode, else 1, which is "
-        "faster when images are stored as they are)",
+        help=(
+            "encoding processes (default: the number of CPUs with --reencode, else 1, which is "
+            "faster when images are stored as they are)"
+            if images
+            else "encoding processes (default: 1)"
+        ),
     )
     parser.add_argument(
         "--on-error",
@@ -286,12 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="torch-tfrecord",
         description="Look inside TFRecord files, check them, and convert labeled data to them.",
         epilog="example:\n  torch-tfrecord head data/train-00000-of-00008.tfrecord -n 3",
-        formatter_class=_Formatter,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    head = _command(
+    head = add_command(
         commands,
         "head",
         "print the first records, feature by feature",
@@ -302,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     head.add_argument("--json", action="store_true", help="one JSON object per line, bytes in base64")
     head.set_defaults(run=_cmd_head)
 
-    schema = _command(
+    schema = add_command(
         commands,
         "schema",
         "propose a feature spec from the records, as a table and as Python",
@@ -312,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--records", type=int, default=1000, help="records to look at (default: 1000)")
     schema.set_defaults(run=_cmd_schema)
 
-    count = _command(
+    count = add_command(
         commands,
         "count",
         "records per file (from a fresh index when there is one)",
@@ -321,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
     count.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
     count.set_defaults(run=_cmd_count)
 
-    verify = _command(
+    verify = add_command(
         commands,
         "verify",
         "check every record's CRCs and the index; list the offset of each bad record; exit 1 on damage",
@@ -331,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--quiet", "-q", action="store_true", help="list only damaged files")
     verify.set_defaults(run=_cmd_verify)
 
-    preview = _command(
+    preview = add_command(
         commands,
         "preview",
         "a grid of the first images with their labels (boxes and class names for detection data)",
@@ -346,31 +340,31 @@ def build_parser() -> argparse.ArgumentParser:
     for command in (head, schema, count, verify, preview):
         add_storage_options(command)
 
-    convert = _command(
+    convert = add_command(
         commands,
         "convert",
         "convert labeled data (image folder, COCO, Pascal VOC, CSV) to sharded, indexed TFRecord",
         "torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1",
     )
     formats = convert.add_subparsers(dest="format", required=True)
-    folder = _command(
+    folder = add_command(
         formats,
         "image-folder",
         "ROOT/<class>/<image> to image/encoded + image/class/label",
         "torch-tfrecord convert image-folder photos/ --out out/ --shards 8",
     )
-    folder.add_argument("root")
-    coco = _command(
+    folder.add_argument("root", help="the folder of class folders (ROOT/<class>/<image>)")
+    coco = add_command(
         formats,
         "coco",
         "COCO detection JSON to the Object Detection API layout",
         "torch-tfrecord convert coco instances_val2017.json val2017/ --out out/ --split train=0.9,val=0.1",
     )
-    coco.add_argument("annotations")
-    coco.add_argument("images")
+    coco.add_argument("annotations", help="the COCO instances JSON file")
+    coco.add_argument("images", help="the folder its file_name entries are relative to")
     coco.add_argument("--drop-empty", action="store_true", help="leave out images without annotations")
     coco.add_argument("--segmentation", action="store_true", help="also store the polygons")
-    voc = _command(
+    voc = add_command(
         formats,
         "voc",
         "Pascal VOC XML to the Object Detection API layout (plus difficult / truncated)",
@@ -379,21 +373,30 @@ def build_parser() -> argparse.ArgumentParser:
     voc.add_argument("voc", help="a VOC root (Annotations/, JPEGImages/) or a folder of XML files")
     voc.add_argument("images", nargs="?", help="the images (default: VOC/JPEGImages)")
     voc.add_argument("--drop-empty", action="store_true", help="leave out images without objects")
-    table = _command(
+    table = add_command(
         formats,
         "csv",
         "one Example per CSV row, column types inferred or given",
         "torch-tfrecord convert csv rows.csv --out out/ --spec 'age:int,score:float'",
     )
-    table.add_argument("csv")
+    table.add_argument("csv", help="the CSV file; its first line names the columns")
     table.add_argument("--spec", help="column types, e.g. age:int,score:float,name:bytes (others inferred)")
-    table.add_argument("--delimiter", default=",")
+    table.add_argument(
+        "--delimiter", default=",", help="the character between fields, e.g. ';' or $'\\t' (default: ,)"
+    )
     for command in (folder, coco, voc):
         _add_image_options(command)
     for command in (folder, coco, voc, table):
-        _add_write_options(command)
+        _add_write_options(command, images=command is not table)
         command.set_defaults(run=_cmd_convert)
+    add_debug_option(parser, head, schema, count, verify, preview, convert, folder, coco, voc, table)
     return parser
+
+
+def _is_conversion_error(error: Exception) -> bool:
+    from .convert import ConversionError  # imports torch: only a conversion gets here
+
+    return isinstance(error, ConversionError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -406,9 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if args.debug:
             raise
-        from .convert import ConversionError
-
         message = " ".join(str(error).split()) or type(error).__name__
         print(f"torch-tfrecord: error: {message}", file=sys.stderr)
-        return 1 if isinstance(error, ConversionError) else 2
+        return 1 if args.command == "convert" and _is_conversion_error(error) else 2
     return status

@@ -20,6 +20,12 @@ __all__ = ["render_grid"]
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 _LABEL_KEYS = ("image/class/text", "label_text", "class", "image/class/label", "label")
+# Tiles sit _GAP pixels apart on a dark background, each image in a light frame, so that
+# neighbouring images of one colour (dark or light) never read as one band.
+_GAP = 8
+_CAPTION_HEIGHT = 16
+_BACKGROUND = (24, 24, 24)
+_FRAME = (150, 150, 150)
 _PALETTE = [
     (230, 25, 75),
     (60, 180, 75),
@@ -117,15 +123,17 @@ def render_grid(
         )
     columns = columns or math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / columns)
-    caption_height = 16
-    sheet = Image.new("RGB", (columns * cell, rows * (cell + caption_height)), (32, 32, 32))
+    pitch_x, pitch_y = cell + _GAP, cell + _CAPTION_HEIGHT + _GAP
+    sheet = Image.new("RGB", (_GAP + columns * pitch_x, _GAP + rows * pitch_y), _BACKGROUND)
     font = ImageFont.load_default()
     draw = ImageDraw.Draw(sheet)
     for i, (picture, caption, boxes) in enumerate(tiles):
+        cell_left, cell_top = _GAP + (i % columns) * pitch_x, _GAP + (i // columns) * pitch_y
         scale = min(cell / picture.width, cell / picture.height)
         size = (max(1, round(picture.width * scale)), max(1, round(picture.height * scale)))
-        left = (i % columns) * cell + (cell - size[0]) // 2
-        top = (i // columns) * (cell + caption_height) + (cell - size[1]) // 2
+        left = cell_left + (cell - size[0]) // 2
+        top = cell_top + (cell - size[1]) // 2
+        draw.rectangle((left - 1, top - 1, left + size[0], top + size[1]), outline=_FRAME)
         sheet.paste(picture.resize(size), (left, top))
         for x0, y0, x1, y1, text, label in boxes:
             colour = _PALETTE[label % len(_PALETTE)]
@@ -136,7 +144,7 @@ def render_grid(
                 draw.rectangle((tab[0] - 2, tab[1] - 2, tab[2] + 2, tab[3] + 2), fill=colour)
                 draw.text((box[0] + 3, box[1] + 3), text, fill=(0, 0, 0), font=font)
         draw.text(
-            ((i % columns) * cell + 4, (i // columns) * (cell + caption_height) + cell + 2),
+            (cell_left + 2, cell_top + cell + 2),
             caption[:40],
             fill=(235, 235, 235),
             font=font,

@@ -138,4 +138,40 @@ class Ragged:
     __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return f"Ragged(rows={len(self)}, dtype={self.values.dtype}, values={self.tolist()!r:.200})"
+        """The shape in brief and the first values of the first rows, ``...`` where more follow.
+
+        ``Ragged(rows=3, lengths=[2, 0, 5], dtype=torch.int64, values=[[1, 2], [], [3, 4, 5, 6, ...]])``
+        """
+        rows = len(self)
+        lengths = self.lengths
+        if rows <= _REPR_ROWS * 2:
+            shape = f"lengths={lengths.tolist()}"
+        else:
+            shape = f"lengths={int(lengths.min())}..{int(lengths.max())}, total={len(self.values)}"
+        parts = [f"rows={rows}", shape, f"dtype={self.values.dtype}"]
+        if self.values.dim() > 1:
+            parts.append(f"inner={tuple(self.values.shape[1:])}")
+        if self.values.device.type != "cpu":
+            parts.append(f"device={self.values.device}")
+        first = (slice(0, _REPR_VALUES + 1),) * self.values.dim()  # never lists all of a huge row
+        shown = [_short(self[i][first].tolist()) for i in range(min(rows, _REPR_ROWS))]
+        if rows > _REPR_ROWS:
+            shown.append("...")
+        parts.append(f"values=[{', '.join(shown)}]")
+        return f"Ragged({', '.join(parts)})"
+
+
+_REPR_ROWS = 4  # rows whose values a repr shows
+_REPR_VALUES = 6  # values shown per row (and per inner dimension)
+
+
+def _short(value: Any) -> str:
+    """A nested list of numbers as text, each list cut after ``_REPR_VALUES`` items with ``...``."""
+    if isinstance(value, list):
+        items = [_short(item) for item in value[:_REPR_VALUES]]
+        if len(value) > _REPR_VALUES:
+            items.append("...")
+        return f"[{', '.join(items)}]"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return repr(value)

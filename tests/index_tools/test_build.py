@@ -74,3 +74,29 @@ def test_status_states(shards: list[str]) -> None:
     Path(shards[0] + ".idx").write_text("garbage\n")
     check = index_status(shards[0], shards[0] + ".idx")
     assert check.state == "unreadable" and "line 1" in check.detail
+
+
+def test_workers_start_only_for_files_that_need_an_index(
+    shards: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from index_tools import build as build_module
+
+    started: list[int] = []
+    real = build_module.worker_processes
+
+    def spy(jobs: int):  # type: ignore[no-untyped-def]
+        started.append(jobs)
+        return real(jobs)
+
+    monkeypatch.setattr(build_module, "worker_processes", spy)
+    assert [r.status for r in build_indexes(shards[:2], jobs=4)] == ["built"] * 2
+    assert started == [2]  # no more processes than files to index
+    build_indexes(shards[2:], jobs=1)
+    started.clear()
+    assert [r.status for r in build_indexes(shards, jobs=4)] == ["fresh"] * 5
+    assert started == []  # every index fresh: nothing is spawned
+    save_index(build_index(shards[3])[:2], shards[3] + ".idx")
+    results = build_indexes(shards, jobs=4)
+    assert [r.status for r in results] == ["fresh", "fresh", "fresh", "built", "fresh"]
+    assert started == []  # one file to index: built in this process
+    assert results[3].records == 7 and index_status(shards[3], shards[3] + ".idx").state == "fresh"

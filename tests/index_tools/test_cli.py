@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from index_tools.cli import main
-from torch_tfrecord import ShardedWriter
+from torch_tfrecord import ShardedWriter, TFRecordError
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def test_build_check_stats(data_dir: Path, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     assert "3 files: 3 indexed, 0 already fresh, 0 failed; 10 records" in out and "records/s" in out
     assert main(["build", str(data_dir / "train-*")]) == 0
-    assert "0 indexed, 3 already fresh" in capsys.readouterr().out
+    assert capsys.readouterr().out == "3 files: 0 indexed, 3 already fresh, 0 failed\n"  # no rate of nothing
     assert main(["check", str(data_dir)]) == 0
     assert "all indexes are fresh" in capsys.readouterr().out
     assert main(["stats", str(data_dir)]) == 0
@@ -54,7 +54,7 @@ def test_check_reports_stale(data_dir: Path, capsys: pytest.CaptureFixture[str])
     capsys.readouterr()
     assert main(["check", "-q", str(data_dir)]) == 1
     out = capsys.readouterr().out
-    assert "STALE" in out and "grew" in out and "1 of the indexes" in out
+    assert "STALE" in out and "grew" in out and "1 of 3 indexes is missing, stale or unreadable" in out
 
 
 def test_out_dir_and_missing_source(
@@ -75,3 +75,29 @@ def test_module_entry_point(data_dir: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "3 indexed" in result.stdout
+
+
+def test_no_command_imports_torch(data_dir: Path, records_dir: Path) -> None:
+    data, plain, out = str(data_dir), str(records_dir / "plain.tfrecord"), str(data_dir / "idx")
+    code = f"""
+import sys
+from index_tools.cli import main
+assert main(["build", {data!r}, "--jobs", "2"]) == 0
+assert main(["build", {data!r}, {plain!r}, "--out-dir", {out!r}]) == 0
+assert main(["check", {data!r}]) == 0
+assert main(["stats", {data!r}]) == 0
+loaded = sorted(name for name in sys.modules if name == "torch" or name.startswith("torch."))
+assert not loaded, loaded
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "3 indexed" in result.stdout and "TOTAL" in result.stdout
+
+
+def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "nothing-*")
+    assert main(["build", missing]) == 2
+    assert "tfrecord-index: error:" in capsys.readouterr().err
+    for argv in (["--debug", "build", missing], ["build", missing, "--debug"], ["check", missing, "--debug"]):
+        with pytest.raises(TFRecordError, match="glob matches no data file"):
+            main(argv)
