@@ -198,7 +198,7 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
         cwd=ROOT,
-        env=_python_env(),
+        env={**_python_env(), "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
         text=True,
         timeout=BUILD_LIMIT_S * 5,
