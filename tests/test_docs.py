@@ -16,12 +16,14 @@ import importlib.util
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -191,9 +193,11 @@ def test_partition_picture_is_what_the_code_draws() -> None:
     assert sorted(seen) == list(range(sum(module.SHARD_SIZES)))
 
 
-def test_site_builds_strict(tmp_path: Path) -> None:
-    """mkdocs build --strict: a broken link, anchor, reference or docstring fails the build."""
-    site = tmp_path / "site"
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built with mkdocs build --strict: a broken link, anchor, reference or docstring
+    fails the build."""
+    site = tmp_path_factory.mktemp("docs") / "site"
     started = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
@@ -206,12 +210,16 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     seconds = time.perf_counter() - started
     assert result.returncode == 0, result.stderr
     assert seconds < BUILD_LIMIT_S, f"the site took {seconds:.1f} s to build"
+    return site
 
+
+def test_site_builds_strict(site: Path) -> None:
     import torch_tfrecord
 
     api = (site / "reference" / "api" / "index.html").read_text()
     for name in torch_tfrecord.__all__:  # every public name has its entry, under its own name
-        assert re.search(rf'id="torch_tfrecord\.[\w.]*\b{name}"', api), name
+        assert re.search(rf'id="torch_tfrecord\.(?:[a-z_]+\.)+{name}"', api), name
+    assert ":class:" not in api and ":func:" not in api  # Sphinx roles are rewritten
     cli = (site / "reference" / "torch-tfrecord" / "index.html").read_text()
     assert "torch-tfrecord convert image-folder" in cli and "--on-error" in cli
     index_cli = (site / "reference" / "tfrecord-index" / "index.html").read_text()
@@ -219,3 +227,37 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     assert "partition.svg" in (site / "concepts" / "index.html").read_text()
     assert (site / "images" / "partition.svg").is_file()
     assert not list(site.rglob("*.py")), "the hooks and the picture's script are not pages"
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install chromium)")
+def test_concepts_page_shows_the_picture(site: Path, tmp_path: Path) -> None:
+    """A headless browser renders the concepts page with the partition picture in it.
+
+    Optional (CI machines have no chromium): the pixels of the picture's three shard colours
+    must be on the screenshot, which they are only when the SVG loaded and was drawn.
+    """
+    from PIL import Image
+
+    screenshot = tmp_path / "concepts.png"
+    subprocess.run(
+        [
+            "chromium",
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            f"--screenshot={screenshot}",
+            "--window-size=1280,6000",
+            (site / "concepts" / "index.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    pixels = np.asarray(Image.open(screenshot).convert("RGB")).reshape(-1, 3)
+    for colour in ((0x4E, 0x79, 0xA7), (0xF2, 0x8E, 0x2B), (0x59, 0xA1, 0x4F)):  # partition.py's COLOURS
+        assert (pixels == colour).all(axis=1).sum() > 500, f"no shard colour {colour} on the page"
