@@ -152,14 +152,16 @@ def draw() -> str:
         x += 14
     y += BOX + 76
 
-    # 3. Each rank's batches, dealt round-robin to its DataLoader workers.
+    # 3. Each rank's batches, dealt round-robin to its DataLoader workers; every batch is drawn
+    # under the places of the epoch's order it came from.
     for rank_plan in rank_plans:
+        block_start = LEFT + rank_plan.rank * (rank_plan.samples_per_rank * step + 14)
         canvas.text(10, y - 14, f"rank {rank_plan.rank}", size=14, font_weight="bold")
         for worker_id in range(NUM_WORKERS):
             canvas.text(24, y + 22, f"worker {worker_id}", size=13)
             for unit, ids_, pads in worker_batches(rank_plan, worker_id):
-                x = LEFT + unit * (BATCH_SIZE * step + 20)
-                canvas.text(x, y - 4, f"batch {unit}", size=11, fill="#555")
+                x = block_start + unit * BATCH_SIZE * step
+                canvas.text(x + 2, y - 4, f"batch {unit}", size=11, fill="#555")
                 for offset, (record_id, pad) in enumerate(zip(ids_, pads, strict=True)):
                     canvas.record(x + offset * step, y, record_id, pad)
             y += BOX + 26
