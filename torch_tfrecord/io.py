@@ -220,8 +220,8 @@ def expand_sources(
             what = "directory holds no data file (nor do its subdirectories)"
         elif glob.has_magic(name):
             prefix = _fixed_prefix(name)
-            listed = [m for m in glob.glob(name, recursive=True) if os.path.isfile(m)]
-            matches = _split_skipped(name, [(m, os.path.relpath(m, prefix)) for m in listed])
+            globbed = [m for m in glob.glob(name, recursive=True) if os.path.isfile(m)]
+            matches = _split_skipped(name, [(m, os.path.relpath(m, prefix)) for m in globbed])
             what = "glob matches no data file"
         elif os.path.isfile(name):
             matches = [name]
