@@ -71,14 +71,20 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
+    compressed = 0
     options = storage_options(args)
     for path in expand_sources(args.paths, options):
         check = index_status(path, index_path_for(path, args.index_dir), options)
-        if check.state != "fresh":
+        good = check.state in ("fresh", "compressed")
+        compressed += check.state == "compressed"
+        if not good:
             bad += 1
-        if check.state != "fresh" or not args.quiet:
+        if not good or not args.quiet:
             print(f"{check.state.upper():10} {path}: {check.detail}")
-    print(f"{bad} of the indexes are missing, stale or unreadable" if bad else "all indexes are fresh")
+    summary = f"{bad} of the indexes are missing, stale or unreadable" if bad else "all indexes are fresh"
+    if compressed:
+        summary += f" ({compressed} compressed files have no offset index)"
+    print(summary)
     return 1 if bad else 0
 
 
