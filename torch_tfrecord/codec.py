@@ -47,6 +47,7 @@ _KINDS = ("int64_list", "float_list", "bytes_list")
 _VALUES = {kind: operator.attrgetter(f"{kind}.value") for kind in _KINDS}
 _LISTS = {kind: operator.attrgetter(kind) for kind in _KINDS}
 _KIND_WORDS = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes", None: "no values"}
+_DTYPE_OF_KIND: dict[str, Any] = {"int64_list": torch.int64, "float_list": torch.float32, "bytes_list": bytes}
 
 
 _EMPTY: tuple[()] = ()  # a Feature with no list set: zero values of any type
@@ -224,10 +225,16 @@ class _Column:
         self.spec = spec
         self.locations = locations
 
-    def missing(self, i: int) -> MissingFeatureError:
+    def missing(self, i: int, maps: Sequence[Any] | None = None) -> MissingFeatureError:
+        what, why = "is missing from", ""
+        if maps is not None and self.key in maps[i]:  # a Feature with no list set
+            what, why = (
+                "has no values in",
+                " (a Feature with no list set counts as missing, as in TensorFlow)",
+            )
+        where = _where(self.locations, i)
         return MissingFeatureError(
-            f"feature {self.key!r} is missing from {_where(self.locations, i)} "
-            f"and {self.spec!r} has no default",
+            f"feature {self.key!r} {what} {where} and {self.spec!r} has no default{why}",
             key=self.key,
             record=_where(self.locations, i),
         )
@@ -247,7 +254,9 @@ class _Column:
 
     def lists(self, maps: Sequence[Any], kind: str, messages: bool = False) -> list[Any]:
         """Per record: the repeated values (or, with ``messages``, the Int64List / FloatList /
-        BytesList message), ``_EMPTY`` for a Feature with no values, None where the key is missing."""
+        BytesList message), ``_EMPTY`` for an empty list, None where the key is missing or its
+        Feature has no list set (TensorFlow's parser reads such a Feature as a missing key: the
+        default, zero values, or an error for a required feature)."""
         key, spec, locations = self.key, self.spec, self.locations
         getter = _LISTS[kind] if messages else _VALUES[kind]
         out: list[Any] = []
@@ -260,6 +269,8 @@ class _Column:
                 # result needs a look at which member is set (another type is an error).
                 if got.value if messages else got:
                     append(got)
+                elif feature.WhichOneof("kind") is None:
+                    append(None)
                 else:
                     _values_of(key, feature, kind, spec, locations, i)  # raises unless empty
                     append(_EMPTY)
@@ -277,7 +288,7 @@ def _decode_fixed(column: _Column, spec: FixedLen, maps: Sequence[Any]) -> Any:
     for i, entry in enumerate(lists):
         if entry is None:
             if spec.default is None:
-                raise column.missing(i)
+                raise column.missing(i, maps)
             if default is None:
                 default = _default_entry(kind, spec.default_values() or (), messages)
             lists[i] = default
@@ -337,7 +348,7 @@ def _decode_varlen(column: _Column, spec: VarLen | FixedLenSequence, maps: Seque
     if isinstance(spec, FixedLenSequence) and not spec.allow_missing and spec.default is None:
         for i, values in enumerate(lists):
             if values is None:
-                raise column.missing(i)
+                raise column.missing(i, maps)
     if kind == "bytes_list":
         present = [[] if v is None or v is _EMPTY else list(v) for v in lists]
         return present if spec.dtype is bytes else _decode_str(column, present)
@@ -448,8 +459,11 @@ def _decode_features(
     return out
 
 
-def _infer_batch_spec(maps: Sequence[Any], locations: Locations) -> dict[str, FeatureSpec]:
-    """spec=None: every key of the batch, as a VarLen of the type its records hold."""
+def _infer_batch_spec(
+    maps: Sequence[Any], locations: Locations, dtypes: Mapping[str, Any] | None = None
+) -> dict[str, FeatureSpec]:
+    """spec=None: every key of the batch, as a VarLen of the type its records hold; a key whose
+    Features set no list in this batch takes its type from ``dtypes``, else float32."""
     kinds: dict[str, str | None] = {}
     for i, fmap in enumerate(maps):
         for key, feature in fmap.items():
@@ -464,17 +478,19 @@ def _infer_batch_spec(maps: Sequence[Any], locations: Locations) -> dict[str, Fe
                     key=key,
                     record=_where(locations, i),
                 )
-    dtypes = {
-        "int64_list": torch.int64,
-        "float_list": torch.float32,
-        "bytes_list": bytes,
-        None: torch.float32,
+    sampled = dtypes or {}
+    return {
+        key: VarLen(_DTYPE_OF_KIND[kind] if kind is not None else sampled.get(key, torch.float32))
+        for key, kind in sorted(kinds.items())
     }
-    return {key: VarLen(dtypes[kind]) for key, kind in sorted(kinds.items())}
 
 
 def decode_batch(
-    records: Sequence[bytes], spec: SpecArg = None, *, locations: Locations = None
+    records: Sequence[bytes],
+    spec: SpecArg = None,
+    *,
+    locations: Locations = None,
+    dtypes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Decodes a batch of serialized Examples into columns.
 
@@ -485,6 +501,10 @@ def decode_batch(
             ``"bytes"``); None decodes every feature as a VarLen of the type it holds.
         locations: a description of each record for error messages, e.g.
             ``"record 17 of 'train.tfrecord'"`` (default: its position in the batch).
+        dtypes: with ``spec=None``, the type of keys whose Features in this batch hold no list
+            (present, no kind set: an empty CSV cell in TFX), e.g. from
+            :func:`torch_tfrecord.schema.sample_dtypes` over other records; a key typed by
+            neither comes back as an empty float32 VarLen. The datasets sample their shards.
 
     Returns:
         Per feature: FixedLen numeric -> tensor ``[B, *shape]``; VarLen / FixedLenSequence numeric
@@ -508,7 +528,7 @@ def decode_batch(
     def reference() -> dict[str, Any]:
         examples = _parse(records, Example, locations)
         maps = [example.features.feature for example in examples]
-        specs = normalized if normalized is not None else _infer_batch_spec(maps, locations)
+        specs = normalized if normalized is not None else _infer_batch_spec(maps, locations, dtypes)
         return _decode_features(maps, specs, locations)
 
     if normalized is None or not records:

@@ -17,7 +17,7 @@ from .proto import Example
 from .reader import read_records
 from .spec import FeatureSpec, FixedLen, Image, VarLen
 
-__all__ = ["InferredSpec", "infer_spec", "infer_spec_from_records"]
+__all__ = ["InferredSpec", "infer_spec", "infer_spec_from_records", "sample_dtypes"]
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +122,28 @@ def infer_spec_from_records(
     return spec
 
 
+def sample_dtypes(records: Iterable[bytes]) -> dict[str, Any]:
+    """The type (torch.int64, torch.float32 or bytes) of each key, from the records that set a list.
+
+    For ``spec=None`` decoding (:func:`torch_tfrecord.decode_batch`'s ``dtypes``): a key whose
+    Features in one batch hold no list takes its type from here, so a column keeps one type from
+    batch to batch. Forgiving, as a sample must be: records that are not Examples are passed
+    over, and where records disagree the first wins (decoding such a batch raises anyway).
+    """
+    dtypes: dict[str, Any] = {}
+    for record in records:
+        try:
+            example = Example.FromString(record)
+        except DecodeError:
+            continue
+        for key, feature in example.features.feature.items():
+            if key not in dtypes:
+                which = feature.WhichOneof("kind")
+                if which is not None:
+                    dtypes[key] = _DTYPES[which]
+    return dtypes
+
+
 def infer_spec(
     paths: PathLike | Sequence[PathLike], max_records: int = 1000, storage_options: StorageOptions = None
 ) -> InferredSpec:
@@ -130,7 +152,11 @@ def infer_spec(
     A feature present in every record with the same number of values becomes a
     :class:`FixedLen` (shape ``()`` for one value); one whose length varies, or that some records
     lack, a :class:`VarLen`; a bytes feature whose every value is a JPEG / PNG / GIF / BMP, an
-    :class:`Image`. The ``repr`` of the result is valid Python.
+    :class:`Image`. A key whose Features set no list in any record read (TFX's empty CSV
+    cells) has no type to find: it becomes ``VarLen(torch.float32)`` with a ``type unknown`` note
+    (``result.notes``). Records whose feature names hold control characters are probably another
+    message that parses as an Example by accident: ``result.warnings`` says so. The ``repr`` of
+    the result is valid Python, notes and warnings as comments.
 
     Args:
         paths: files, globs or directories.
