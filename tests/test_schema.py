@@ -101,3 +101,18 @@ def test_infer_spec_doubts_records_that_only_parse_as_examples(caplog: pytest.Lo
     assert "probably not tf.train.Examples" in caplog.text
     assert "# warning:" in repr(spec) and "\n" not in repr(spec).splitlines()[1]
     assert infer_spec_from_records([tt.encode_example({"label": 1, "naïve key": 2})]).warnings == []
+
+
+def test_non_utf8_keys_are_not_an_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An ExampleListWithContext whose examples hold a value >= 128: the "keys" are not UTF-8, and
+    # protobuf refuses the parse; the error suggests reading raw bytes.
+    inner = tt.encode_example({"relevance": 200})
+    path = tmp_path / "elwc.tfrecord"
+    with tt.RecordWriter(path) as writer:
+        writer.write(wire.ld(1, inner))
+    with pytest.raises(tt.ExampleDecodeError, match=r"not a serialized Example.*tt\.read_records\(path\)"):
+        tt.infer_spec(path)
+    from torch_tfrecord.cli import main
+
+    assert main(["head", str(path)]) == 0
+    assert "not an Example" in capsys.readouterr().out
