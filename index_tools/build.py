@@ -14,14 +14,14 @@ from torch_tfrecord import remote
 from torch_tfrecord._processes import worker_processes
 from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
 from torch_tfrecord.index import build_index, default_index_path, load_index, save_index
-from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join
+from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join, resolve_compression
 
 __all__ = ["BuildResult", "IndexCheck", "build_indexes", "index_path_for", "index_status"]
 
 _log = logging.getLogger(__name__)
 
 Status = Literal["built", "fresh", "failed"]
-IndexState = Literal["fresh", "missing", "stale", "unreadable"]
+IndexState = Literal["fresh", "missing", "stale", "unreadable", "compressed"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +60,8 @@ class IndexCheck:
     """Whether an index file is a fresh index of its data file.
 
     Attributes:
-        state: ``"fresh"``, ``"missing"``, ``"stale"`` or ``"unreadable"``.
+        state: ``"fresh"``, ``"missing"``, ``"stale"``, ``"unreadable"``, or ``"compressed"``
+            for a GZIP / ZLIB file, which has no offset index (nothing is wrong with it).
         detail: why, in words.
         records: records the index lists (0 unless fresh).
     """
@@ -73,6 +74,13 @@ class IndexCheck:
 def index_status(path: PathLike, index_path: PathLike, storage_options: StorageOptions = None) -> IndexCheck:
     """Checks ``index_path`` against the data file ``path``."""
     if not exists(index_path, storage_options):
+        compression = resolve_compression("auto", path, storage_options)
+        if compression is not None:
+            return IndexCheck(
+                "compressed",
+                f"{compression.upper()}-compressed: no offset index can point into it (it is read "
+                "sequentially)",
+            )
         return IndexCheck("missing", f"no index at {os.fspath(index_path)!r}")
     try:
         table = load_index(index_path, data_path=path, storage_options=storage_options)

@@ -82,19 +82,26 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
+    compressed = 0
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     for path in paths:
         check = index_status(path, index_path_for(path, args.index_dir), options)
-        if check.state != "fresh":
+        good = check.state in ("fresh", "compressed")
+        compressed += check.state == "compressed"
+        if not good:
             bad += 1
-        if check.state != "fresh" or not args.quiet:
+        if not good or not args.quiet:
             print(f"{check.state.upper():10} {path}: {check.detail}")
     if bad:
         verb = "is" if bad == 1 else "are"
-        print(f"{bad:,} of {plural(len(paths), 'index', 'indexes')} {verb} missing, stale or unreadable")
+        summary = f"{bad:,} of {plural(len(paths), 'index', 'indexes')} {verb} missing, stale or unreadable"
     else:
-        print("all indexes are fresh")
+        summary = "all indexes are fresh"
+    if compressed:
+        verb = "has" if compressed == 1 else "have"
+        summary += f" ({plural(compressed, 'compressed file')} {verb} no offset index)"
+    print(summary)
     return 1 if bad else 0
 
 

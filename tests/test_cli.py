@@ -213,3 +213,34 @@ def test_counts_in_the_output_agree_with_their_nouns(
     damaged = str(golden_copy("flipped_payload.tfrecord"))
     assert main(["verify", damaged]) == 1
     assert "1 problem\n" in capsys.readouterr().out
+
+
+def test_every_tool_names_the_same_damaged_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bytes inserted into record 0: its data CRC fails, and the header after it is garbage.
+    count, build_index and `tfrecord-index build` (header walks) used to name record 1 there."""
+    import torch_tfrecord as tt
+    from index_tools.cli import main as index_main
+    from torch_tfrecord.framing import encode_record
+
+    first = encode_record(bytes(range(200)))
+    framed = first[:80] + b"inserted" + first[80:] + encode_record(b"next") + encode_record(b"last")
+    path = tmp_path / "damaged.tfrecord"
+    path.write_bytes(framed)
+    truth = "data CRC mismatch in '" + str(path) + "' at byte 0 (record 0)"
+    with pytest.raises(tt.CorruptRecordError, match=r"at byte 0 \(record 0\)") as sequential:
+        list(tt.read_records(path))
+    assert str(sequential.value).startswith(truth)
+    for call in (lambda: tt.count_records(path), lambda: tt.build_index(path)):
+        with pytest.raises(tt.CorruptRecordError) as walked:
+            call()
+        assert str(walked.value) == str(sequential.value) and walked.value.record == 0
+    assert main(["count", str(path)]) == 1
+    assert truth in capsys.readouterr().out
+    assert main(["verify", str(path)]) == 1
+    assert truth in capsys.readouterr().out
+    assert index_main(["build", "-j", "1", "-q", str(path)]) == 1
+    assert truth in capsys.readouterr().err
+    # A header that is bad on its own (the record before it intact) is still named as such.
+    path.write_bytes(encode_record(b"good") + b"\xff" * 16)
+    with pytest.raises(tt.CorruptRecordError, match=r"length CRC mismatch .* at byte 20 \(record 1\)"):
+        tt.count_records(path)

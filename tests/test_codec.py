@@ -380,3 +380,99 @@ def test_unpacked_and_packed_encodings_decode_alike(count: int) -> None:
 def test_unknown_fields_are_ignored() -> None:
     record = encode_example({"label": 5}) + ld(15, b"future field")
     assert decode_example(record, {"label": FixedLen((), torch.int64)})["label"].item() == 5
+
+
+EMPTY_FEATURES = Path(__file__).parent / "data" / "empty_features"
+_GOLDEN_DTYPES: dict[str, Any] = {"int64": torch.int64, "float32": torch.float32, "bytes": bytes}
+
+
+def _golden_spec(kind: str, arguments: dict[str, Any]) -> Any:
+    dtype = _GOLDEN_DTYPES[arguments["dtype"]]
+    if kind == "VarLen":
+        return VarLen(dtype)
+    default = arguments.get("default")
+    default = default.encode() if isinstance(default, str) else default
+    if kind == "FixedLen":
+        return FixedLen(tuple(arguments["shape"]), dtype, default=default)
+    return FixedLenSequence(tuple(arguments["shape"]), dtype, allow_missing=arguments["allow_missing"])
+
+
+def _flat(values: Any) -> list[Any]:
+    if isinstance(values, list):
+        return [v for item in values for v in _flat(item)]
+    return [values.decode("latin-1") if isinstance(values, bytes) else values]
+
+
+def _as_tensorflow_gives(decoded: Any, kind: str, n: int) -> dict[str, Any]:
+    """Our column in the shape of the golden file's entry (FixedLenSequence: one record)."""
+    if kind == "VarLen":
+        if isinstance(decoded, Ragged):
+            return {"values": decoded.values.tolist(), "lengths": decoded.offsets.diff().tolist()}
+        return {"values": _flat(decoded), "lengths": [len(row) for row in decoded]}
+    if kind == "FixedLen":
+        if isinstance(decoded, torch.Tensor):
+            return {"values": decoded.tolist(), "shape": list(decoded.shape)}
+        return {"values": _flat(decoded), "shape": [n]}
+    assert isinstance(decoded, Ragged) and n == 1
+    return {"values": [decoded.values.tolist()], "shape": [1, *decoded.values.shape]}
+
+
+def _tensorflow_error(message: str) -> type[Exception]:
+    if "is required but could not be found" in message:
+        return MissingFeatureError
+    assert "values != expected" in message, message
+    return FeatureShapeError
+
+
+def test_features_with_no_list_set_decode_as_tensorflow_parses_them() -> None:
+    """TFX's CSV example gen writes a Feature with no list for an empty cell: TensorFlow reads it
+    as a missing key (the default; zero values; an error for a required feature), and so do we.
+    Golden results from tests/data/make_empty_features_golden.py (real TensorFlow)."""
+    golden = json.loads((EMPTY_FEATURES / "expected.json").read_text())
+    records = list(read_records(EMPTY_FEATURES / "records.tfrecord"))
+    assert len(golden["cases"]) == 19
+    for name, case in golden["cases"].items():
+        key, kind = case["key"], case["kind"]
+        spec = {key: _golden_spec(kind, case["arguments"])}
+        for i, expected in enumerate(case["per_record"]):
+            if "error" in expected:
+                with pytest.raises(_tensorflow_error(expected["message"]), match=repr(key)):
+                    decode_batch([records[i]], spec)
+                continue
+            got = _as_tensorflow_gives(decode_batch([records[i]], spec)[key], kind, 1)
+            assert got == expected, (name, i)
+        expected = case["batch"]
+        if "error" in expected:
+            with pytest.raises(_tensorflow_error(expected["message"])):
+                decode_batch(records, spec)
+        elif kind != "FixedLenSequence":  # TensorFlow pads sequences in a batch; ours are Ragged
+            assert _as_tensorflow_gives(decode_batch(records, spec)[key], kind, 3) == expected, name
+        else:
+            ragged = decode_batch(records, spec)[key]
+            rows = [_as_tensorflow_gives(ragged[i : i + 1], kind, 1) for i in range(3)]
+            assert rows == case["per_record"], name
+
+
+def test_a_required_feature_with_no_list_set_is_named_as_such() -> None:
+    records = list(read_records(EMPTY_FEATURES / "records.tfrecord"))
+    with pytest.raises(
+        MissingFeatureError,
+        match=r"feature 'i' has no values in record 0 of the batch .*"
+        r"a Feature with no list set counts as missing, as in TensorFlow",
+    ):
+        decode_batch(records, {"i": FixedLen((), torch.int64)})
+    with pytest.raises(MissingFeatureError, match="feature 'i' is missing from record 0 of the batch and"):
+        decode_batch(records[2:], {"i": FixedLen((), torch.int64)})
+
+
+def test_spec_none_types_a_key_with_no_list_where_its_type_is_known() -> None:
+    no_list = example(entry(b"age", b""), entry(b"city", b""))  # TFX: empty CSV cells
+    typed = encode_example({"age": 41, "city": tt.BytesList([b"Oslo"])})
+    batch = decode_batch([no_list, typed])  # the batch knows the types
+    assert batch["age"].values.dtype == torch.int64 and batch["age"].offsets.tolist() == [0, 0, 1]
+    assert batch["city"] == [[], [b"Oslo"]]
+    alone = decode_batch([no_list], dtypes={"age": torch.int64, "city": bytes})  # known elsewhere
+    assert alone["age"].values.dtype == torch.int64 and alone["age"].offsets.tolist() == [0, 0]
+    assert alone["city"] == [[]]
+    never = decode_batch([no_list])  # typed nowhere: an empty float32 VarLen, as documented
+    assert never["age"].values.dtype == torch.float32 and len(never["age"].values) == 0

@@ -387,7 +387,11 @@ def test_damaged_record_skipped_keeps_counts(id_shards: Callable[..., list[Path]
 def test_decode_error_names_feature_file_and_record(id_shards: Callable[..., list[Path]]) -> None:
     paths = id_shards([4, 4])
     ds = tt.TFRecordDataset(paths, spec={"x": tt.FixedLen((1,), torch.float32)}, batch_size=4, shuffle=False)
-    with pytest.raises(tt.FeatureShapeError, match=r"'x'.*record 0 of '.*shard-000\.tfrecord'"):
+    # Record 0's "x" is an empty list, written as a Feature with no list set: TensorFlow (and so
+    # we) read that as a missing key, which a FixedLen without a default refuses.
+    with pytest.raises(
+        tt.MissingFeatureError, match=r"'x' has no values in record 0 of '.*shard-000\.tfrecord'"
+    ):
         list(ds)
 
 
@@ -503,3 +507,31 @@ def test_file_changed_after_opening_is_a_stale_index_error(id_shards: Callable[.
     expected = rf"record 1 of .*shard-001\.tfrecord' says {framed} framed bytes, but .* has {framed - 1}:"
     with pytest.raises(tt.StaleIndexError, match=expected):
         ds[7]
+
+
+def test_spec_none_keeps_a_column_type_across_batches(tmp_path: Path) -> None:
+    """TFX writes a Feature with no list for an empty CSV cell: the batches where every cell of a
+    column is empty take the column's type from the dataset (sampled at construction), not float32."""
+    from wire import entry, example
+
+    path = tmp_path / "csv.tfrecord"
+    with tt.RecordWriter(path) as writer:
+        for i in range(6):
+            if i < 4:
+                writer.write(example(entry(b"age", b""), entry(b"city", b"")) + tt.encode_example({"id": i}))
+            else:
+                writer.write(tt.encode_example({"id": i, "age": 40 + i, "city": tt.BytesList([b"Oslo"])}))
+    for dataset in (
+        tt.TFRecordDataset(path, batch_size=2, shuffle=False),
+        tt.IndexedTFRecordDataset(path),
+    ):
+        if isinstance(dataset, tt.IndexedTFRecordDataset):
+            batches = [dataset.__getitems__([2 * b, 2 * b + 1]) for b in range(3)]
+            ages = [sample["age"] for batch in batches for sample in batch]
+            assert [age.dtype for age in ages] == [torch.int64] * 6
+            assert [sample["city"] for batch in batches for sample in batch][:2] == [[], []]
+            continue
+        batches = list(dataset)
+        assert [batch["age"].values.dtype for batch in batches] == [torch.int64] * 3
+        assert [batch["city"] for batch in batches] == [[[], []], [[], []], [[b"Oslo"], [b"Oslo"]]]
+        assert batches[2]["age"].values.tolist() == [44, 45]

@@ -227,3 +227,42 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
         [sys.executable, "-m", "torch_tfrecord", "--debug", "head", missing], capture_output=True, text=True
     )
     assert debug.returncode != 0 and "Traceback" in debug.stderr
+
+
+def test_head_and_schema_doubt_records_that_only_parse_as_examples(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_schema import elwc_record
+
+    path = tmp_path / "elwc.tfrecord"
+    with tt.RecordWriter(path) as writer:
+        writer.write(elwc_record())
+    assert main(["head", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "warning: 2 of 2 feature names hold control characters" in out and "tt.read_records" in out
+    # Control characters are escaped: one line per feature, the layout intact.
+    assert "  \\n\\x05score\\x12" in out and len(out.splitlines()) == 4
+    assert main(["head", str(path), "--json"]) == 0
+    assert "ExampleListWithContext" in json.loads(capsys.readouterr().out)["warning"]
+    assert main(["schema", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("warning: ") and "paste into your code" not in out
+    assert "\\n\\x05score\\x12" in out and "\x05" not in out
+
+
+def test_schema_shows_unknown_types_and_one_dtype_rendering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from test_schema import _with_empty_feature
+
+    path = tmp_path / "csv.tfrecord"
+    with tt.RecordWriter(path) as writer:
+        for i in range(3):
+            writer.write(_with_empty_feature({"name": tt.BytesList([b"x"]), "label": i}, "comment"))
+    assert main(["schema", str(path)]) == 0
+    table, code = capsys.readouterr().out.split("# paste into your code:")
+    rows = {line.split()[0]: line for line in table.splitlines()[1:] if line.strip()}
+    assert "FixedLen  shape=(), dtype=bytes" in rows["name"] and "<class" not in table
+    assert rows["comment"].split()[1:4] == ["VarLen", "dtype=torch.float32", "type"]
+    assert "type unknown: no values in any of the 3 records" in rows["comment"]
+    assert "shape=(0,)" not in table and "# type unknown" in code

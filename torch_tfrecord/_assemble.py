@@ -55,12 +55,18 @@ class Column:
         self.spec = spec
         self.locations = locations
 
-    def missing(self, i: int) -> MissingFeatureError:
+    def missing(self, i: int, no_list: bool = False) -> MissingFeatureError:
+        """Record ``i`` lacks the key (or, ``no_list``, its Feature sets no list) and the spec
+        has no default."""
+        what, why = "is missing from", ""
+        if no_list:
+            what = "has no values in"
+            why = " (a Feature with no list set counts as missing, as in TensorFlow)"
+        at = where(self.locations, i)
         return MissingFeatureError(
-            f"feature {self.key!r} is missing from {where(self.locations, i)} "
-            f"and {self.spec!r} has no default",
+            f"feature {self.key!r} {what} {at} and {self.spec!r} has no default{why}",
             key=self.key,
-            record=where(self.locations, i),
+            record=at,
         )
 
     def type_error(self, i: int, detail: str) -> FeatureTypeError:

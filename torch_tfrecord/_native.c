@@ -600,6 +600,9 @@ static int finish_record(Ctx *ctx, int64_t record) {
         Column *c = &ctx->cols[i];
         size_t es = elem_size(c->kind);
         int err = ERR_NONE;
+        /* A Feature with no list set (TFX writes one for an empty CSV cell) counts as missing,
+         * as TensorFlow's parser has it: the default, or an error for a required feature. */
+        if (!c->sequence && c->which == KIND_NONE) c->seen = 0;
         c->status[record] = (uint8_t)c->seen;
         if (c->sequence) {
             if (!c->seen && c->required) err = ERR_MISSING;

@@ -19,6 +19,7 @@ from . import native
 from .codec import decode_batch
 from .errors import ExampleDecodeError, FeatureError, TFRecordError
 from .reader import OnError
+from .schema import sample_dtypes
 from .shards import RecordFiles
 from .spec import FeatureSpec
 
@@ -28,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 RECORD_ID_KEY = "_record_id"
 """Key of each sample's global record id (its place in the concatenated shards)."""
+_TYPE_SAMPLE = 256  # records read at construction to type the keys of spec=None
 PADDING_KEY = "_padding"
 """Key of the flag marking a sample that repeats a record (padding, or a stand-in for a bad one)."""
 
@@ -49,6 +51,9 @@ class BatchDecoder:
             raise ValueError(f"feature keys {RECORD_ID_KEY!r} and {PADDING_KEY!r} are reserved for metadata")
         self.files = files
         self.spec = spec
+        # spec=None: the type of each key from a sample, for batches whose Features of a key
+        # hold no list (so that a column keeps its type from batch to batch).
+        self.dtypes = _sample_dtypes(files) if spec is None else None
         self.verify_crc = verify_crc
         self.on_error = on_error
         self.skipped = 0
@@ -75,7 +80,7 @@ class BatchDecoder:
         bad = [i for i, record in enumerate(records) if record is None]
         try:
             if not bad:
-                return decode_batch(records, self.spec), ids, padding  # type: ignore[arg-type]
+                return decode_batch(records, self.spec, dtypes=self.dtypes), ids, padding  # type: ignore[arg-type]
         except (FeatureError, ExampleDecodeError):
             # Decode again naming each record, to raise (or skip) with a precise message.
             pass
@@ -113,7 +118,12 @@ class BatchDecoder:
             if i in bad:
                 continue
             try:
-                decode_batch([record], self.spec, locations=[self.files.describe(int(ids[i]))])  # type: ignore[list-item]
+                decode_batch(
+                    [record],  # type: ignore[list-item]
+                    self.spec,
+                    locations=[self.files.describe(int(ids[i]))],
+                    dtypes=self.dtypes,
+                )
             except (FeatureError, ExampleDecodeError) as error:
                 if self.on_error == "raise":
                     raise
@@ -132,7 +142,25 @@ class BatchDecoder:
             np.isin(np.arange(len(ids)), list(bad)), np.asarray(good)[nearest], np.arange(len(ids))
         )
         ids, padding = ids[stand_in], padding[stand_in] | np.isin(np.arange(len(ids)), list(bad))
-        return decode_batch([records[i] for i in stand_in], self.spec), ids, padding  # type: ignore[misc]
+        return decode_batch([records[i] for i in stand_in], self.spec, dtypes=self.dtypes), ids, padding  # type: ignore[misc]
+
+
+def _sample_dtypes(files: RecordFiles) -> dict[str, Any]:
+    """Feature types from the first records of every shard (one run of reads per shard)."""
+    per_shard = -(-_TYPE_SAMPLE // max(1, len(files.shard_sizes)))
+    starts = np.cumsum((0, *files.shard_sizes[:-1]), dtype=np.int64)
+    ids = np.concatenate(
+        [np.arange(start, start + min(size, per_shard)) for start, size in zip(starts, files.shard_sizes)]
+        or [np.zeros(0, np.int64)]
+    )
+    try:
+        records = files.read(ids, verify_crc=False, on_error="skip")
+    except TFRecordError as error:  # the data's own reads report damage where it matters
+        logger.info("no feature types sampled for spec=None (%s)", error)
+        return {}
+    finally:
+        files.close()  # the workers open their own
+    return sample_dtypes(record for record in records if record is not None)
 
 
 class SeededTransform:

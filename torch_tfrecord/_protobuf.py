@@ -43,6 +43,7 @@ _KINDS = ("int64_list", "float_list", "bytes_list")
 _VALUES = {kind: operator.attrgetter(f"{kind}.value") for kind in _KINDS}
 _LISTS = {kind: operator.attrgetter(kind) for kind in _KINDS}
 _KIND_WORDS = {"int64_list": "int64", "float_list": "float", "bytes_list": "bytes", None: "no values"}
+_DTYPE_OF_KIND: dict[str, Any] = {"int64_list": torch.int64, "float_list": torch.float32, "bytes_list": bytes}
 
 
 _EMPTY: tuple[()] = ()  # a Feature with no list set: zero values of any type
@@ -108,9 +109,15 @@ def _values_of(key: str, feature: Any, kind: str, spec: Any, locations: Location
 class _MapColumn(Column):
     """Gathers one feature over a batch of feature maps."""
 
+    def missing_in(self, maps: Sequence[Any], i: int) -> MissingFeatureError:
+        """:meth:`missing`, saying whether the key is absent or its Feature sets no list."""
+        return self.missing(i, no_list=self.key in maps[i])
+
     def lists(self, maps: Sequence[Any], kind: str, messages: bool = False) -> list[Any]:
         """Per record: the repeated values (or, with ``messages``, the Int64List / FloatList /
-        BytesList message), ``_EMPTY`` for a Feature with no values, None where the key is missing."""
+        BytesList message), ``_EMPTY`` for an empty list, None where the key is missing or its
+        Feature has no list set (TensorFlow's parser reads such a Feature as a missing key: the
+        default, zero values, or an error for a required feature)."""
         key, spec, locations = self.key, self.spec, self.locations
         getter = _LISTS[kind] if messages else _VALUES[kind]
         out: list[Any] = []
@@ -123,6 +130,8 @@ class _MapColumn(Column):
                 # result needs a look at which member is set (another type is an error).
                 if got.value if messages else got:
                     append(got)
+                elif feature.WhichOneof("kind") is None:
+                    append(None)
                 else:
                     _values_of(key, feature, kind, spec, locations, i)  # raises unless empty
                     append(_EMPTY)
@@ -140,7 +149,7 @@ def _decode_fixed(column: _MapColumn, spec: FixedLen, maps: Sequence[Any]) -> An
     for i, entry in enumerate(lists):
         if entry is None:
             if spec.default is None:
-                raise column.missing(i)
+                raise column.missing_in(maps, i)
             if default is None:
                 default = _default_entry(kind, spec.default_values() or (), messages)
             lists[i] = default
@@ -187,7 +196,7 @@ def _decode_varlen(column: _MapColumn, spec: VarLen | FixedLenSequence, maps: Se
     if isinstance(spec, FixedLenSequence) and not spec.allow_missing and spec.default is None:
         for i, values in enumerate(lists):
             if values is None:
-                raise column.missing(i)
+                raise column.missing_in(maps, i)
     if kind == "bytes_list":
         return byte_rows(column, [[] if v is None or v is _EMPTY else list(v) for v in lists])
     inner = spec.shape if isinstance(spec, FixedLenSequence) else ()
@@ -217,7 +226,7 @@ def _single_values(column: _MapColumn, maps: Sequence[Any], expected: str) -> li
     singles = []
     for i, values in enumerate(column.lists(maps, "bytes_list")):
         if values is None:
-            raise column.missing(i)
+            raise column.missing_in(maps, i)
         if len(values) != 1:
             raise column.wrong_count(i, expected, len(values))
         singles.append(values[0])
@@ -253,8 +262,11 @@ def _decode_features(
     return out
 
 
-def _infer_batch_spec(maps: Sequence[Any], locations: Locations) -> dict[str, FeatureSpec]:
-    """spec=None: every key of the batch, as a VarLen of the type its records hold."""
+def _infer_batch_spec(
+    maps: Sequence[Any], locations: Locations, dtypes: Mapping[str, Any] | None = None
+) -> dict[str, FeatureSpec]:
+    """spec=None: every key of the batch, as a VarLen of the type its records hold; a key whose
+    Features set no list in this batch takes its type from ``dtypes``, else float32."""
     kinds: dict[str, str | None] = {}
     for i, fmap in enumerate(maps):
         for key, feature in fmap.items():
@@ -269,22 +281,23 @@ def _infer_batch_spec(maps: Sequence[Any], locations: Locations) -> dict[str, Fe
                     key=key,
                     record=where(locations, i),
                 )
-    dtypes = {
-        "int64_list": torch.int64,
-        "float_list": torch.float32,
-        "bytes_list": bytes,
-        None: torch.float32,
+    sampled = dtypes or {}
+    return {
+        key: VarLen(_DTYPE_OF_KIND[kind] if kind is not None else sampled.get(key, torch.float32))
+        for key, kind in sorted(kinds.items())
     }
-    return {key: VarLen(dtypes[kind]) for key, kind in sorted(kinds.items())}
 
 
 def decode_examples(
-    records: Sequence[bytes], spec: Mapping[str, FeatureSpec] | None, locations: Locations
+    records: Sequence[bytes],
+    spec: Mapping[str, FeatureSpec] | None,
+    locations: Locations,
+    dtypes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """:func:`torch_tfrecord.decode_batch` with protobuf; ``spec`` None: every feature as it is."""
     examples = _parse(records, Example, locations)
     maps = [example.features.feature for example in examples]
-    specs = spec if spec is not None else _infer_batch_spec(maps, locations)
+    specs = spec if spec is not None else _infer_batch_spec(maps, locations, dtypes)
     return _decode_features(maps, specs, locations)
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ._cli import add_command, add_debug_option, add_storage_options, plural, storage_options
 from .errors import TFRecordError
 from .index import build_index, count_records, default_index_path, load_index
-from .inspect import format_json, format_text
+from .inspect import format_json, format_text, show_key
 from .io import exists, expand_sources, resolve_compression
 from .reader import ReadStats, read_records
 
@@ -120,19 +120,35 @@ def _cmd_head(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from .schema import infer_spec  # imports torch: only this command pays for it
 
-    spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
-    rows = [(key, type(value).__name__, _spec_detail(value)) for key, value in spec.items()]
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(("feature", "spec", "detail"))]
-    print("  ".join(h.ljust(w) for h, w in zip(("feature", "spec", "detail"), widths)).rstrip())
+    schema_logger = logging.getLogger("torch_tfrecord.schema")
+    level = schema_logger.level
+    schema_logger.setLevel(logging.ERROR)  # its warnings are printed below, on stdout
+    try:
+        spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
+    finally:
+        schema_logger.setLevel(level)
+    for warning in spec.warnings:
+        print(f"warning: {warning}\n")
+    header = ("feature", "spec", "detail", "note")
+    rows = [
+        (show_key(key), type(value).__name__, _spec_detail(value), spec.notes.get(key, ""))
+        for key, value in spec.items()
+    ]
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
+    if spec.warnings:
+        print("\n(no spec to paste: these records do not look like Examples)")
+        return 0
     print("\n# paste into your code:\nimport torch\nimport torch_tfrecord as tt\n\nspec = " + repr(spec))
     return 0
 
 
 def _spec_detail(spec: Any) -> str:
-    fields = {k: v for k, v in vars(spec).items() if not k.startswith("_")}
-    return ", ".join(f"{k}={v}" for k, v in fields.items())
+    """The arguments of the spec as its ``repr`` writes them (``shape=(), dtype=bytes``)."""
+    text = repr(spec)
+    return text[text.index("(") + 1 : -1]
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:

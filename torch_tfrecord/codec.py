@@ -36,7 +36,11 @@ Locations = Sequence[str] | None
 
 
 def decode_batch(
-    records: Sequence[bytes], spec: SpecArg = None, *, locations: Locations = None
+    records: Sequence[bytes],
+    spec: SpecArg = None,
+    *,
+    locations: Locations = None,
+    dtypes: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Decodes a batch of serialized Examples into columns.
 
@@ -47,6 +51,10 @@ def decode_batch(
             ``"bytes"``); None decodes every feature as a VarLen of the type it holds.
         locations: a description of each record for error messages, e.g.
             ``"record 17 of 'train.tfrecord'"`` (default: its position in the batch).
+        dtypes: with ``spec=None``, the type of keys whose Features in this batch hold no list
+            (present, no kind set: an empty CSV cell in TFX), e.g. from
+            :func:`torch_tfrecord.schema.sample_dtypes` over other records; a key typed by
+            neither comes back as an empty float32 VarLen. The datasets sample their shards.
 
     Returns:
         Per feature: FixedLen numeric -> tensor ``[B, *shape]``; VarLen / FixedLenSequence numeric
@@ -67,7 +75,7 @@ def decode_batch(
         raise ValueError(f"{len(locations)} locations for {len(records)} records")
     normalized = normalize_spec(spec)
     if normalized is None or not records:
-        return _protobuf.decode_examples(records, normalized, locations)
+        return _protobuf.decode_examples(records, normalized, locations, dtypes)
     return _native_else_reference(
         lambda: native.decode_examples(records, normalized, locations),
         lambda: _protobuf.decode_examples(records, normalized, locations),

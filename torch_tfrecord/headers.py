@@ -6,14 +6,16 @@ over, not read), each length CRC checked, unless every payload's CRC is to be ch
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
+from collections.abc import Sequence
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
 from ._scan import CHUNK, HEADER, Span, bad_length, masked, scan
-from .errors import CompressedIndexError, TruncatedRecordError
+from .errors import CompressedIndexError, CorruptRecordError, TruncatedRecordError
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, crc32c
 from .io import PathLike, StorageOptions, file_size, open_records_stream, resolve_compression
 
@@ -58,6 +60,28 @@ def read_framed_sizes(
         return _walk_headers(stream, name, size)
 
 
+def _damage_before(
+    stream: BinaryIO, span: Span, offset: int, framed_sizes: Sequence[int]
+) -> CorruptRecordError | None:
+    """The data CRC error of the record before a header that does not check out, if it has one.
+
+    A header walk skips payloads, so bytes inserted into (or lost from) a record show up as a
+    garbage header after it. A sequential read (``verify``, ``read_records``) names the record
+    whose data CRC fails first; so must every tool, for one truth about a file.
+    """
+    if not framed_sizes:
+        return None
+    start = offset - framed_sizes[-1]
+    stream.seek(start)
+    previous = dataclasses.replace(span, start=start, end=offset, first_record=len(framed_sizes) - 1)
+    try:
+        for _ in scan(stream, previous, verify_crc=True):
+            pass
+    except CorruptRecordError as error:
+        return error
+    return None
+
+
 def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int64]:
     """Framed sizes of all records, reading headers only (and skipping over large payloads)."""
     unpack_header = HEADER.unpack_from
@@ -76,7 +100,7 @@ def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int6
             base, position = offset, 0
             if len(buffer) < HEADER_SIZE:
                 ordinal = len(framed_sizes)
-                raise TruncatedRecordError(
+                raise _damage_before(stream, span, offset, framed_sizes) or TruncatedRecordError(
                     f"file ends inside a record header in {span.where(offset, ordinal)}: "
                     f"{len(buffer)} of {HEADER_SIZE} header bytes present",
                     path=path,
@@ -85,7 +109,8 @@ def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int6
                 )
         length, stored = unpack_header(buffer, position)
         if masked(crc32c(buffer[position : position + 8])) != stored or offset + length + 16 > size:
-            raise bad_length(span, buffer, position, offset, len(framed_sizes))
+            error = bad_length(span, buffer, position, offset, len(framed_sizes))
+            raise _damage_before(stream, span, offset, framed_sizes) or error
         framed = length + FRAME_OVERHEAD
         append(framed)
         offset += framed

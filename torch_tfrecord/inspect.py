@@ -15,7 +15,7 @@ from google.protobuf.message import DecodeError
 
 from .proto import Example
 
-__all__ = ["describe_record", "format_json", "format_text"]
+__all__ = ["describe_record", "doubt_keys", "format_json", "format_text", "show_key"]
 
 _KINDS = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
 _SHOWN_VALUES = 8
@@ -37,6 +37,32 @@ def describe_record(payload: bytes) -> dict[str, tuple[str, list[Any]]] | None:
         else:
             features[key] = (_KINDS[which], list(getattr(feature, which).value))
     return features
+
+
+def show_key(key: str) -> str:
+    """A feature name as it can be printed in a table: control and other unprintable
+    characters escaped (``\\n``, ``\\x05``), printable text (any script) as it is."""
+    if key.isprintable():
+        return key
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in key)
+
+
+def doubt_keys(keys: Sequence[str]) -> str | None:
+    """Why records with these feature names are probably not Examples at all, or None.
+
+    Other messages can parse as an Example by accident: TF-Ranking's ExampleListWithContext
+    (field 1: repeated Example) reads as one whose feature names are serialized Features,
+    control characters and all. Names written by people are printable text.
+    """
+    odd = [key for key in keys if not key.isprintable()]
+    if not odd:
+        return None
+    return (
+        f"{len(odd)} of {len(keys)} feature names hold control characters (e.g. '{show_key(odd[0])}'): "
+        "these records are probably not tf.train.Examples but another message that happens to parse "
+        "as one (e.g. TF-Ranking's ExampleListWithContext); read them as raw bytes with "
+        "tt.read_records(path) and parse them with their own message type"
+    )
 
 
 def _show_bytes(value: bytes) -> str:
@@ -72,10 +98,14 @@ def format_text(number: int, payload: bytes, location: str = "") -> str:
         return f"{head}, not an Example: {_show_bytes(payload)}"
     if not features:
         return f"{head}, an Example with no features"
-    width = max(len(key) for key in features)
+    names = {key: show_key(key) for key in features}
+    width = max(len(name) for name in names.values())
     lines = [head]
+    doubt = doubt_keys(list(features))
+    if doubt:
+        lines.append(f"  warning: {doubt}")
     for key, (kind, values) in features.items():
-        lines.append(f"  {key:<{width}}  {kind}[{len(values)}]  {_show_values(kind, values)}")
+        lines.append(f"  {names[key]:<{width}}  {kind}[{len(values)}]  {_show_values(kind, values)}")
     return "\n".join(lines)
 
 
@@ -88,6 +118,9 @@ def format_json(number: int, payload: bytes, location: str = "") -> str:
     if features is None:
         line["raw"] = base64.b64encode(payload).decode()
     else:
+        doubt = doubt_keys(list(features))
+        if doubt:
+            line["warning"] = doubt
         line["features"] = {
             key: {
                 "type": kind,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import glob
 import io
+import itertools
+import logging
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -36,7 +39,10 @@ __all__ = [
     "open_binary",
     "open_records_stream",
     "resolve_compression",
+    "skip_reason",
 ]
+
+logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
 Compression = Literal["gzip", "zlib"] | None
@@ -46,6 +52,7 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _SUFFIXES: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zz": "zlib", ".zlib": "zlib"}
 _WBITS: dict[str, int] = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
 _READ_CHUNK = 1 << 20
+_LOGGED_SKIPS = 10
 
 
 def _zlib_header_is_valid(head: bytes) -> bool:
@@ -115,10 +122,57 @@ def resolve_compression(
     return detect_compression(head, name)
 
 
-def _is_data_file(name: str) -> bool:
-    base = os.path.basename(name)
-    # Index files and the converters' label maps live beside the shards; neither holds records.
-    return not base.startswith(".") and not base.endswith((".idx", ".pbtxt"))
+# Files that sit beside shards in real datasets and never hold records: indexes, TFDS metadata
+# (dataset_info.json, features.json, *.labels.txt), label maps, notes, checksums, configs.
+_NOT_DATA_SUFFIX = re.compile(
+    r"\.(idx|json|pbtxt|txt|md|rst|csv|tsv|ya?ml|py|proto|html|log|lock|sha256|md5|crc)$", re.IGNORECASE
+)
+_NOT_DATA_NAMES = re.compile(r"^(readme|license|licence|notice|changelog|authors)(\..*)?$", re.IGNORECASE)
+
+
+def skip_reason(relative_path: str) -> str | None:
+    """Why a file found under a directory (or by a glob) is not a shard, or None if it is one.
+
+    The rule, the same for every API and command line that takes a directory or glob: hidden
+    or private names (``.x``, ``_SUCCESS``, files under ``.cache/`` or ``_temporary/``), index
+    files, TFDS metadata, label maps, text and notes are not shards (see ``_NOT_DATA_SUFFIX``);
+    every other file is. Only names are looked at, so the rule costs no request on remote storage.
+
+    Args:
+        relative_path: the path below the directory, ``/``-separated (or a file name).
+    """
+    parts = [part for part in relative_path.replace(os.sep, "/").split("/") if part]
+    base = parts[-1] if parts else relative_path
+    if any(part.startswith((".", "_")) for part in parts):
+        return "hidden"
+    if _NOT_DATA_SUFFIX.search(base):
+        return os.path.splitext(base)[1].lower() + " file"
+    if _NOT_DATA_NAMES.match(base):
+        return "notes"
+    return None
+
+
+def _split_skipped(source: str, candidates: list[tuple[str, str]]) -> list[str]:
+    """The shards among ``(full path, path below the source)``; the rest are logged at INFO."""
+    matches: list[str] = []
+    skipped: list[str] = []
+    for full, relative in candidates:
+        reason = skip_reason(relative)
+        if reason is None:
+            matches.append(full)
+        else:
+            skipped.append(f"{relative} ({reason})")
+    if skipped:
+        shown = ", ".join(sorted(skipped)[:_LOGGED_SKIPS])
+        more = f" and {len(skipped) - _LOGGED_SKIPS} more" if len(skipped) > _LOGGED_SKIPS else ""
+        logger.info("%s: %d files are not shards, skipped: %s%s", source, len(skipped), shown, more)
+    return matches
+
+
+def _fixed_prefix(pattern: str) -> str:
+    """The folder of a glob pattern before its first wildcard (``.`` when it starts with one)."""
+    fixed = itertools.takewhile(lambda part: not glob.has_magic(part), pattern.split(os.sep))
+    return os.sep.join(fixed) or "."
 
 
 def expand_sources(
@@ -126,9 +180,13 @@ def expand_sources(
 ) -> list[str]:
     """Turns paths, globs and directories into a sorted list of data files.
 
-    A directory stands for the files directly in it; a glob (``*``, ``?``, ``[``, ``**``)
-    for the files it matches. Index files (``.idx``), label maps (``.pbtxt``) and hidden files
-    are left out of both.
+    A directory stands for the shards in it and in its subdirectories, at any depth (TFDS
+    version folders, exports with ``train/`` and ``eval/`` below them: name the subdirectory to
+    read one split only). A glob (``*``, ``?``, ``[``, ``**``) stands for the shards it matches.
+    In both, files that are not shards by their names are left out and named in an INFO log
+    line: hidden and private files and folders (``.x``, ``_SUCCESS``, ``_temporary/``), index
+    files (``.idx``), metadata and notes (``.json``, ``.pbtxt``, ``.txt``, ``.md``, ``.csv``,
+    ``.yaml``, ``README`` ...; see :func:`skip_reason`). A file named on its own is always read.
     URLs expand on their file system (``s3://bucket/train-*.tfrecord``, a bucket prefix).
 
     Args:
@@ -147,19 +205,23 @@ def expand_sources(
         name = local_path(item)
         if is_url(name):
             listed, kind = remote.expand(name, storage_options)
-            matches = [m for m in listed if _is_data_file(m)]
+            matches = [full for full, _ in listed] if kind == "file" else _split_skipped(name, listed)
             what = {"glob": "glob matches no data file", "directory": "directory holds no data file"}.get(
                 kind, ""
             )
         elif os.path.isdir(name):
-            matches = [
-                os.path.join(name, entry)
-                for entry in os.listdir(name)
-                if _is_data_file(entry) and os.path.isfile(os.path.join(name, entry))
-            ]
-            what = "directory holds no data file"
+            candidates = []
+            for folder, folders, files in os.walk(name):
+                folders[:] = [f for f in folders if not f.startswith((".", "_"))]
+                for entry in files:
+                    full = os.path.join(folder, entry)
+                    candidates.append((full, os.path.relpath(full, name)))
+            matches = _split_skipped(name, candidates)
+            what = "directory holds no data file (nor do its subdirectories)"
         elif glob.has_magic(name):
-            matches = [m for m in glob.glob(name, recursive=True) if _is_data_file(m) and os.path.isfile(m)]
+            prefix = _fixed_prefix(name)
+            globbed = [m for m in glob.glob(name, recursive=True) if os.path.isfile(m)]
+            matches = _split_skipped(name, [(m, os.path.relpath(m, prefix)) for m in globbed])
             what = "glob matches no data file"
         elif os.path.isfile(name):
             matches = [name]

@@ -101,3 +101,20 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
     for argv in (["--debug", "build", missing], ["build", missing, "--debug"], ["check", missing, "--debug"]):
         with pytest.raises(TFRecordError, match="glob matches no data file"):
             main(argv)
+
+
+def test_check_says_compressed_files_have_no_offset_index(
+    data_dir: Path, records_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["build", "-q", "-j", "1", str(data_dir)]) == 0
+    shutil.copyfile(records_dir / "gzip.tfrecord.gz", data_dir / "more.tfrecord.gz")
+    shutil.copyfile(records_dir / "zlib_nosuffix.tfrecord", data_dir / "more-zlib.tfrecord")
+    capsys.readouterr()
+    assert main(["check", str(data_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "MISSING" not in out
+    assert f"COMPRESSED {data_dir / 'more.tfrecord.gz'}: GZIP-compressed: no offset index" in out
+    assert f"COMPRESSED {data_dir / 'more-zlib.tfrecord'}: ZLIB-compressed" in out
+    assert "all indexes are fresh (2 compressed files have no offset index)" in out
+    assert main(["check", "-q", str(data_dir)]) == 0
+    assert "COMPRESSED" not in capsys.readouterr().out

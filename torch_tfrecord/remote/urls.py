@@ -8,6 +8,8 @@ Every request is retried (:mod:`torch_tfrecord.remote.retry`).
 
 from __future__ import annotations
 
+import itertools
+import posixpath
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -76,25 +78,49 @@ def exists(url: str, storage_options: StorageOptions = None) -> bool:
     return bool(retrying(lambda: fs.exists(path), url, "looking up"))
 
 
-def expand(url: str, storage_options: StorageOptions = None) -> tuple[list[str], str]:
-    """The files a remote source names, as full URLs, and what it was (for error messages).
+def expand(url: str, storage_options: StorageOptions = None) -> tuple[list[tuple[str, str]], str]:
+    """The files a remote source names, as ``(full URL, path below the source)``, and what it
+    was (for error messages).
 
-    A directory (or bucket prefix) stands for the files directly in it; a glob for its
-    matches; anything else for itself, if it exists.
+    A directory (or bucket prefix) stands for the files in it and below it, at any depth; a
+    glob for its matches (the path below the glob's fixed prefix); anything else for itself, if
+    it exists.
     """
     fs, path = filesystem(url, storage_options)
     if any(char in path for char in "*?["):
         found = retrying(lambda: fs.glob(path, detail=True), url, "listing")
+        prefix = _fixed_prefix(path)
         return [
-            fs.unstrip_protocol(p) for p, info in found.items() if info.get("type") != "directory"
+            (fs.unstrip_protocol(p), _below(p, prefix))
+            for p, info in found.items()
+            if info.get("type") != "directory"
         ], "glob"
     info = retrying(lambda: _info_or_none(fs, path), url, "looking up")
     if info is None:
         raise SourceNotFoundError(f"no such file or directory: {url!r}")
     if info.get("type") == "directory":
-        entries = retrying(lambda: fs.ls(path, detail=True), url, "listing")
-        return [fs.unstrip_protocol(e["name"]) for e in entries if e.get("type") != "directory"], "directory"
-    return [url], "file"
+        entries = retrying(lambda: fs.find(path, detail=True), url, "listing")
+        root = path.rstrip("/")
+        return [
+            (fs.unstrip_protocol(p), _below(p, root))
+            for p, e in entries.items()
+            if e.get("type") != "directory"
+        ], "directory"
+    return [(url, posixpath.basename(path))], "file"
+
+
+def _fixed_prefix(pattern: str) -> str:
+    """The folders of a glob pattern before its first wildcard."""
+    parts = pattern.split("/")
+    return "/".join(itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts))
+
+
+def _below(path: str, root: str) -> str:
+    """``path`` relative to ``root`` (``/``-separated); its base name if it is not below it."""
+    root = root.rstrip("/")
+    if root and path.startswith(root + "/"):
+        return path[len(root) + 1 :]
+    return posixpath.basename(path)
 
 
 def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
