@@ -14,6 +14,19 @@ Then peak RSS of one epoch (batch mode, 2 workers) over 160,000 and 1,600,000 re
 shards hard-linked 10 times), main process and workers.
 
     python benchmarks/bench_dataset.py [--dir DIR] [--repeats 3]
+
+``--tf-python PYTHON`` (a Python with TensorFlow, e.g. /tmp/tfvenv/bin/python) prints instead the
+table against TensorFlow: 4 shards x 20,000 Examples of ~35 bytes {label: int64, score: float}
+and of ~4 KB {data: 4,096 bytes, label: int64, floats: 16 floats}; ours
+``TFRecordDataset(batch_size=256)`` through ``DataLoader(batch_size=None)`` (construction
+included) in file order and with ``shuffle="global"``, with 0, 1 and 2 workers; TensorFlow
+``TFRecordDataset(paths).batch(256).map(parse_example)`` (one intra- and one inter-op thread) in
+a process that stays up, so that every round times each pipeline back to back: one warm-up
+round, then ``--repeats`` rounds, medians, ratios within the run. Also the CPU seconds of each
+pass (all threads; with workers, theirs too) and the rate per CPU second against TensorFlow's,
+which a machine loaded by others disturbs far less than wall time.
+
+    python benchmarks/bench_dataset.py --tf-python /tmp/tfvenv/bin/python [--dir DIR] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -29,6 +43,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import ChainDataset, DataLoader
 
@@ -110,13 +125,149 @@ def peak_rss(directory: str, small: list[str]) -> list[dict[str, int]]:
     return results
 
 
+VS_TF_SPECS = {
+    "35B": {"label": tt.FixedLen((), torch.int64), "score": tt.FixedLen((), torch.float32)},
+    "4KB": {
+        "data": tt.FixedLen((), bytes),
+        "label": tt.FixedLen((), torch.int64),
+        "floats": tt.FixedLen((16,), torch.float32),
+    },
+}
+_VS_TF_PARSE = {
+    "35B": "{'label': tf.io.FixedLenFeature([], tf.int64), 'score': tf.io.FixedLenFeature([], tf.float32)}",
+    "4KB": "{'data': tf.io.FixedLenFeature([], tf.string), 'label': tf.io.FixedLenFeature([], tf.int64),"
+    " 'floats': tf.io.FixedLenFeature([16], tf.float32)}",
+}
+# Stays up: each line on stdin names a data set; it answers with records and seconds of one pass.
+_TF_SERVER = """
+import sys, time
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+specs = {name: eval(text) for name, text in eval(sys.argv[1]).items()}
+paths = eval(sys.argv[2])
+for line in sys.stdin:
+    name = line.strip()
+    start, cpu = time.perf_counter(), time.process_time()
+    n = 0
+    parse = lambda x: tf.io.parse_example(x, specs[name])
+    for batch in tf.data.TFRecordDataset(paths[name]).batch(256).map(parse):
+        n += int(batch['label'].shape[0])
+    print(n, time.perf_counter() - start, time.process_time() - cpu, flush=True)
+"""
+
+
+def make_vs_tf_data(directory: str, name: str) -> list[str]:
+    """4 shards x 20,000 Examples of the given kind (made once, indexed)."""
+    prefix = os.path.join(directory, f"vs-tf-{name}")
+    paths = [f"{prefix}-{shard:05d}-of-00004.tfrecord" for shard in range(4)]
+    if not all(os.path.exists(tt.default_index_path(path)) for path in paths):
+        rng = np.random.default_rng(0)
+        with tt.ShardedWriter(prefix, max_records=20_000) as writer:
+            for i in range(80_000):
+                features: dict[str, Any] = {"label": i, "score": float(rng.random())}
+                if name == "4KB":
+                    features = {
+                        "data": rng.bytes(4096),
+                        "label": i,
+                        "floats": rng.random(16, dtype=np.float32),
+                    }
+                writer.write(features)
+        paths = writer.shard_paths
+        for path in paths:
+            tt.save_index(tt.build_index(path), tt.default_index_path(path))
+    return paths
+
+
+def vs_tensorflow(tf_python: str, directory: str, repeats: int) -> None:
+    datasets = {name: make_vs_tf_data(directory, name) for name in VS_TF_SPECS}
+    server = subprocess.Popen(
+        [tf_python, "-c", _TF_SERVER, repr(_VS_TF_PARSE), repr(datasets)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+    )
+    assert server.stdin is not None and server.stdout is not None
+
+    def tensorflow(name: str) -> int:
+        server.stdin.write(name + "\n")  # type: ignore[union-attr]
+        server.stdin.flush()  # type: ignore[union-attr]
+        n, seconds, cpu = server.stdout.readline().split()  # type: ignore[union-attr]
+        tensorflow.seconds = float(seconds), float(cpu)  # type: ignore[attr-defined]
+        return int(n)
+
+    pipelines: list[tuple[str, str, Callable[[], int]]] = []
+    for name, paths in datasets.items():
+        pipelines.append((name, "TensorFlow batch(256).map(parse)", lambda name=name: tensorflow(name)))
+        for shuffle, label in ((False, "file order"), ("global", "global shuffle")):
+            for workers in WORKERS:
+                pipelines.append(
+                    (
+                        name,
+                        f"ours, {label}, {workers} workers",
+                        lambda p=paths, n=name, w=workers, s=shuffle: count(  # type: ignore[misc]
+                            DataLoader(
+                                tt.TFRecordDataset(
+                                    p, spec=VS_TF_SPECS[n], batch_size=BATCH, shuffle=s, drop_last=False
+                                ),
+                                batch_size=None,
+                                num_workers=w,
+                            )
+                        ),
+                    )
+                )
+    seconds: dict[tuple[str, str], list[float]] = {}
+    cpu_seconds: dict[tuple[str, str], list[float]] = {}
+    records: dict[tuple[str, str], int] = {}
+    for round_ in range(repeats + 1):  # round 0 warms up (page cache, imports, TF's graph)
+        for name, label, function in pipelines:
+            start, cpu = time.perf_counter(), _cpu_seconds()
+            n = function()
+            took = time.perf_counter() - start, _cpu_seconds() - cpu
+            if label.startswith("TensorFlow"):
+                took = tensorflow.seconds  # type: ignore[attr-defined]  # its own clocks, no pipe
+            if round_:
+                seconds.setdefault((name, label), []).append(took[0])
+                cpu_seconds.setdefault((name, label), []).append(took[1])
+                records[(name, label)] = n
+    server.stdin.close()
+    server.wait()
+    header = f"{'data':4} {'pipeline':36} {'records':>7} {'median s':>9} {'records/s':>10}"
+    print(f"{header} {'x TF':>6} {'x order':>7} {'cpu s':>6} {'x TF cpu':>8}")
+    tf_label = pipelines[0][1]
+    for name, label, _ in pipelines:
+        n = records[(name, label)]
+        rate = n / statistics.median(seconds[(name, label)])
+        cpu = statistics.median(cpu_seconds[(name, label)])
+        tf_rate = records[(name, tf_label)] / statistics.median(seconds[(name, tf_label)])
+        tf_cpu_rate = records[(name, tf_label)] / statistics.median(cpu_seconds[(name, tf_label)])
+        base = label.replace("global shuffle", "file order")
+        order_rate = records[(name, base)] / statistics.median(seconds[(name, base)])
+        print(
+            f"{name:4} {label:36} {n:>7} {n / rate:>9.3f} {rate:>10,.0f} "
+            f"{rate / tf_rate:>6.2f} {rate / order_rate:>7.2f} {cpu:>6.3f} {n / cpu / tf_cpu_rate:>8.2f}"
+        )
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and of its ended children (DataLoader workers, once joined)."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--tf-python", help="a Python with TensorFlow: the table against it instead")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
+    if args.tf_python:
+        torch.set_num_threads(1)
+        vs_tensorflow(args.tf_python, directory, args.repeats)
+        return
     torch.set_num_threads(1)
     rows = []
     datasets = {name: make_dataset(directory, name) for name in ("small", "large")}

@@ -71,16 +71,16 @@ def make_dataset(directory: str, name: str) -> list[str]:
     rng = np.random.default_rng(0)
     with tt.ShardedWriter(os.path.join(directory, f"ex-{name}"), max_records=RECORDS_PER_SHARD) as writer:
         for i in range(SHARDS * RECORDS_PER_SHARD):
-            if name == "small":
-                features = {
-                    "label": int(rng.integers(1000)),
-                    "id": i,
-                    "score": rng.random(4, dtype=np.float32),
-                }
-            else:
-                features = {"label": int(rng.integers(1000)), "embedding": rng.random(1000, dtype=np.float32)}
-            writer.write(features)
+            writer.write(example_features(name, i, rng))
     return writer.shard_paths
+
+
+def example_features(kind: str, i: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Record ``i`` of the "small" (~81 B: two int64 and 4 floats) or the ~4 KB dataset (an
+    int64 and 1,000 floats); bench_ray.py writes the same records."""
+    if kind == "small":
+        return {"label": int(rng.integers(1000)), "id": i, "score": rng.random(4, dtype=np.float32)}
+    return {"label": int(rng.integers(1000)), "embedding": rng.random(1000, dtype=np.float32)}
 
 
 def batches(paths: list[str]):  # type: ignore[no-untyped-def]

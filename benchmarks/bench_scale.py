@@ -8,7 +8,8 @@ workers, reads go through 1,000 paths and their index tables) in little memory a
 
     python benchmarks/bench_scale.py [--shards 1000] [--records-per-shard 1000000] [--json]
 
-Prints, per shuffle mode: construction time (which includes checking all 10^9 index entries
+Prints, per shuffle mode (and for a 70/30 ``tt.mix`` of the two halves of the shards, the
+whole 10^9 records mixed): construction time (which includes checking all 10^9 index entries
 against the files), time to the first batch in the main process and with 2 DataLoader workers,
 and peak RSS (VmHWM) of the main process and of each worker, against the RSS of the interpreter
 with torch imported, measured first.
@@ -53,19 +54,28 @@ def _make(directory: Path, shards: int, per_shard: int) -> dict[str, np.ndarray]
     return {str(directory / f"shard-{shard:05d}.tfrecord"): table for shard in range(shards)}
 
 
-def measure(directory: Path, index: dict[str, np.ndarray], shuffle: Any, workers: int) -> dict[str, Any]:
+def _dataset(directory: Path, index: dict[str, np.ndarray], shuffle: Any, mixed: bool) -> Any:
+    """The 10^9 records as one dataset, or (``mixed``) as a 70/30 mix of two halves of the shards."""
     spec = {"id": tt.FixedLen((), torch.int64)}
+    options = {"batch_size": 256, "world_size": 8, "rank": 3}
+    if not mixed:
+        return tt.TFRecordDataset(
+            str(directory / "shard-*.tfrecord"), spec=spec, index=index, shuffle=shuffle, seed=1, **options
+        )
+    paths = sorted(index)
+    half = len(paths) // 2
+    sources = {
+        name: tt.TFRecordDataset(part, spec=spec, index=index, shuffle=shuffle, seed=seed)
+        for seed, (name, part) in enumerate((("web", paths[:half]), ("books", paths[half:])))
+    }
+    return tt.mix(sources, {"web": 0.7, "books": 0.3}, **options)
+
+
+def measure(
+    directory: Path, index: dict[str, np.ndarray], shuffle: Any, workers: int, mixed: bool = False
+) -> dict[str, Any]:
     started = time.perf_counter()
-    dataset = tt.TFRecordDataset(
-        str(directory / "shard-*.tfrecord"),
-        spec=spec,
-        index=index,
-        batch_size=256,
-        shuffle=shuffle,
-        world_size=8,
-        rank=3,
-        seed=1,
-    )
+    dataset = _dataset(directory, index, shuffle, mixed)
     built = time.perf_counter() - started
     started = time.perf_counter()
     loader = DataLoader(dataset, batch_size=None, num_workers=workers)
@@ -78,12 +88,14 @@ def measure(directory: Path, index: dict[str, np.ndarray], shuffle: Any, workers
         next(iterator)
         gaps.append(time.perf_counter() - started)
     worker_peaks = [_status(w.pid)["VmHWM"] for w in getattr(iterator, "_workers", [])]
-    assert first["id"].shape == (256,) and dataset.num_records == len(index) * len(next(iter(index.values())))
+    records = sum(source.num_records for source in dataset.sources) if mixed else dataset.num_records
+    rows = first["_source"].shape if mixed else first["id"].shape
+    assert rows == (256,) and records == len(index) * len(next(iter(index.values())))
     del iterator
     return {
-        "shuffle": str(shuffle),
+        "shuffle": ("mix of 2, " if mixed else "") + str(shuffle),
         "workers": workers,
-        "records": dataset.num_records,
+        "records": records,
         "construct_s": built,
         "first_batch_s": to_first,
         "next_batch_ms_median": 1000 * statistics.median(gaps),
@@ -108,17 +120,18 @@ def main() -> None:
             for shuffle in ("global", "shards", False)
             for workers in (0, 2)
         ]
+        rows += [measure(directory, index, "global", workers, mixed=True) for workers in (0, 2)]
     if args.json:
         print(json.dumps({"baseline_mb": baseline, "with_index_table_mb": after_data, "rows": rows}))
         return
     print(f"interpreter with torch: {baseline} MB RSS; after making the shard and its table: {after_data} MB")
     print(
-        f"{'shuffle':8} {'workers':>7} {'records':>13} {'construct s':>11} {'1st batch s':>11} "
+        f"{'shuffle':18} {'workers':>7} {'records':>13} {'construct s':>11} {'1st batch s':>11} "
         f"{'next ms':>8} {'main peak MB':>12} {'worker peak MB':>14}"
     )
     for row in rows:
         print(
-            f"{row['shuffle']:8} {row['workers']:>7} {row['records']:>13,} {row['construct_s']:>11.2f} "
+            f"{row['shuffle']:18} {row['workers']:>7} {row['records']:>13,} {row['construct_s']:>11.2f} "
             f"{row['first_batch_s']:>11.3f} {row['next_batch_ms_median']:>8.2f} {row['main_peak_mb']:>12} "
             f"{row['worker_peak_mb'] or '-':>14}"
         )

@@ -4,7 +4,9 @@ The first byte picks how the rest becomes a file: as is, GZIP- or ZLIB-compresse
 streams of fuzzed records), or as is but read as GZIP (fuzzed compressed streams). Then:
 
 - a strict read either returns every record or raises a TFRecordError;
-- ``on_error="skip"`` never raises, returns exactly the records before the damage, and counts it;
+- ``on_error="skip"`` never raises, returns the records before the damage first, resumes past
+  it (every byte of the stream is either in a record returned or in a damaged region), and
+  counts it;
 - for plain files, the header walk (the index builder) agrees with the strict read, and reading
   by the index it builds, in any order, gives the same payloads;
 - the native framing and the Python loop (``TORCH_TFRECORD_DECODER=python``) give the same
@@ -92,12 +94,23 @@ def check(data: bytes) -> None:
     records, error = _prefix_before_error(path, compression)
     stats = tt.ReadStats()
     kept = list(tt.read_records(path, compression=compression, on_error="skip", stats=stats))
-    assert kept == records, "skip mode returned other records than the strict read before its error"
-    assert stats.files_skipped == (error is not None), (stats, error)
-    assert stats.records == len(records)
-    if error is not None:
+    assert kept[: len(records)] == records, "skip mode returned other records before the first damage"
+    assert stats.records == len(kept)
+    if error is None:
+        assert kept == records and not stats.damaged and not stats.files_skipped, stats
+    else:
         assert isinstance(error.error, tt.CorruptRecordError), error
         assert str(path) in str(error.error), f"the message does not name the file: {error}"
+        # A damaged region where the strict read stopped, or (a broken compressed stream) the
+        # file abandoned there.
+        assert stats.damaged or stats.files_skipped == 1, stats
+        if stats.damaged:
+            assert stats.damaged[0].start == error.error.offset and stats.damaged[0].error == str(error.error)
+        starts = [region.start for region in stats.damaged]
+        assert starts == sorted(starts) and all(region.size > 0 for region in stats.damaged), stats
+    if not stats.files_skipped and mode != 3:  # the whole (uncompressed) stream was accounted for
+        framed = sum(len(record) + 16 for record in kept)
+        assert framed + stats.bytes_skipped == len(body), (framed, stats)
     if compression is not None:
         return
 

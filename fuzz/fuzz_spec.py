@@ -8,7 +8,8 @@ where numbers belong, unsupported dtypes, ...), then the bytes of one record. Th
 - an accepted spec's ``repr`` is Python that rebuilds an equal spec (what infer_spec promises);
 - decoding the record and an empty Example with it, by both decoders, returns the same values
   or raises a TFRecordError of the same class;
-- ``infer_spec`` of the record proposes a spec with the same guarantees.
+- ``infer_spec`` of the record proposes a spec with the same guarantees (a context spec and a
+  sequence spec when the record sets feature lists, used with ``decode_sequence_example``).
 
     python fuzz/fuzz_spec.py fuzz/corpus/spec -atheris_runs=100000
 """
@@ -128,14 +129,16 @@ def _rebuilt(value: Any) -> Any:
 
 
 def _decode_both(record: bytes, spec: Any) -> Any:
+    import torch_tfrecord as tt
+
+    return _both_decoders(lambda: tt.decode_example(record, spec))
+
+
+def _both_decoders(call: Any) -> Any:
     from fuzz_decoder import _same_outcome
     from test_native import decode_with
 
-    import torch_tfrecord as tt
-
-    outcomes = [
-        decode_with(d, lambda: attempt(lambda: tt.decode_example(record, spec))) for d in ("python", "native")
-    ]
+    outcomes = [decode_with(d, lambda: attempt(call)) for d in ("python", "native")]
     assert _same_outcome(*outcomes), outcomes
     return outcomes[0]
 
@@ -143,7 +146,7 @@ def _decode_both(record: bytes, spec: Any) -> Any:
 def check(data: bytes) -> None:
     """Raises AssertionError (or any non-library exception) on a spec bug."""
     import torch_tfrecord as tt
-    from torch_tfrecord.schema import infer_spec_from_records
+    from torch_tfrecord.schema import InferredSequenceSpec, infer_spec_from_records
 
     if not _CHOICES:
         _CHOICES.update(_choices())
@@ -159,7 +162,11 @@ def check(data: bytes) -> None:
         _decode_both(tt.encode_example({}), spec)
         _decode_both(record, spec)
     inferred = attempt(lambda: infer_spec_from_records([record]))
-    if not isinstance(inferred, Rejected):
+    if isinstance(inferred, InferredSequenceSpec):
+        parts = {name: dict(part) for name, part in inferred.items()}
+        assert _rebuilt(inferred) == parts, repr(inferred)
+        _both_decoders(lambda: tt.decode_sequence_example(record, **inferred))
+    elif not isinstance(inferred, Rejected):
         assert _rebuilt(dict(inferred)) == dict(inferred), repr(inferred)
         _decode_both(record, inferred)
 
@@ -168,6 +175,9 @@ def seeds() -> dict[str, bytes]:
     import torch_tfrecord as tt
 
     example = tt.encode_example({"a": [1, 2], "b": tt.FloatList([0.5]), "h": [b"xy"]})
+    sequence_example = tt.encode_sequence_example(
+        {"a": [1]}, {"f": [[0.5, 1.5], [2.5, 3.5]], "i": [[1], [2, 3]], "w": [[b"x"]]}
+    )
     return {
         "empty": b"",
         "fixed-int": bytes([1, 0, 1, 0, 1, 2, 0]) + example,
@@ -176,6 +186,7 @@ def seeds() -> dict[str, bytes]:
         "raw": bytes([1, 2, 4, 4, 1, 2, 2]) + example,
         "image": bytes([1, 0, 5, 0, 0]) + example,
         "sequence": bytes([1, 0, 3, 6, 1, 2, 1, 4]) + example,
+        "sequence-example": bytes([0]) + sequence_example,
     }
 
 

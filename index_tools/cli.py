@@ -10,6 +10,7 @@ Errors are one line (``tfrecord-index: error: ...``); ``--debug`` shows the trac
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -26,9 +27,10 @@ from torch_tfrecord._cli import (
     storage_options,
 )
 from torch_tfrecord._processes import WorkerDiedError
+from torch_tfrecord.compressed_index import CompressedIndex
 from torch_tfrecord.errors import TFRecordError
-from torch_tfrecord.index import load_index
 from torch_tfrecord.io import expand_sources
+from torch_tfrecord.shards import load_shard_index
 
 from .build import BuildResult, build_indexes, index_path_for, index_status
 
@@ -36,6 +38,7 @@ __all__ = ["main"]
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
+    logging.getLogger("torch_tfrecord.reader").setLevel(logging.ERROR)  # damaged regions are listed below
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     bar = progress_bar(len(paths), "file", not args.quiet and sys.stderr.isatty())
@@ -44,8 +47,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
     def on_result(result: BuildResult) -> None:
         if bar is not None:
             bar.update(1)
-        if result.status == "failed":
-            message = f"FAILED {result.path}: {result.error}"
+        messages = [f"FAILED {result.path}: {result.error}"] if result.status == "failed" else []
+        if result.damaged:
+            messages.append(
+                f"DAMAGED {result.path}: {plural(len(result.damaged), 'damaged region')} "
+                "left out of the index"
+            )
+            messages += [f"        {region}" for region in result.damaged]
+        for message in messages:
             if bar is not None:
                 bar.write(message, file=sys.stderr)
             else:
@@ -57,6 +66,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
             jobs=args.jobs,
             force=args.force,
             verify_crc=args.verify_crc,
+            on_error=args.on_error,
             out_dir=args.out_dir,
             on_result=on_result,
             storage_options=options,
@@ -72,23 +82,24 @@ def _cmd_build(args: argparse.Namespace) -> int:
     size = sum(r.bytes for r in built)
     summary = f"{plural(len(results), 'file')}: {len(built):,} indexed, {len(fresh):,} already fresh"
     summary += f", {len(failed):,} failed"
+    damaged = [r for r in results if r.damaged]
+    if damaged:
+        summary += f", {len(damaged):,} with damaged regions left out"
     if built:
         rate = records / seconds if seconds else 0
         summary += f"; {plural(records, 'record')}, {size / 1e6:,.1f} MB indexed in {seconds:.2f} s"
         summary += f" ({rate:,.0f} records/s)"
     print(summary)
-    return 1 if failed else 0
+    return 1 if failed or damaged else 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
-    compressed = 0
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     for path in paths:
-        check = index_status(path, index_path_for(path, args.index_dir), options)
-        good = check.state in ("fresh", "compressed")
-        compressed += check.state == "compressed"
+        check = index_status(path, index_path_for(path, args.index_dir, options), options)
+        good = check.state == "fresh"
         if not good:
             bad += 1
         if not good or not args.quiet:
@@ -98,9 +109,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
         summary = f"{bad:,} of {plural(len(paths), 'index', 'indexes')} {verb} missing, stale or unreadable"
     else:
         summary = "all indexes are fresh"
-    if compressed:
-        verb = "has" if compressed == 1 else "have"
-        summary += f" ({plural(compressed, 'compressed file')} {verb} no offset index)"
     print(summary)
     return 1 if bad else 0
 
@@ -112,14 +120,16 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     options = storage_options(args)
     for path in expand_sources(args.paths, options):
         try:
-            table = load_index(index_path_for(path, args.index_dir), data_path=path, storage_options=options)
+            found = load_shard_index(index_path_for(path, args.index_dir, options), path, options)
         except (TFRecordError, OSError) as error:
             print(f"{'-':>12} {'-':>14} {'-':>9} {'-':>11} {'-':>11}  {path}: {error}")
             failed += 1
             continue
+        table = found.table if isinstance(found, CompressedIndex) else found
         payload = table[:, 1] - 16
         totals.append(payload)
-        print(_stats_row(payload, int(table[:, 1].sum()), path))
+        label = path if not isinstance(found, CompressedIndex) else f"{path} ({found.compression.upper()})"
+        print(_stats_row(payload, int(table[:, 1].sum()), label))
     if totals:
         payload = np.concatenate(totals)
         print(_stats_row(payload, int(payload.sum() + 16 * len(payload)), "TOTAL"))
@@ -139,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfrecord-index",
         description="Build and check index files for TFRecord files: `<offset> <framed_size>` per\n"
-        "record, the format of DALI's tfrecord2idx and the tfrecord package.",
+        "record, the format of DALI's tfrecord2idx and the tfrecord package; for GZIP / ZLIB\n"
+        "files a compressed index (<file>.cidx: record positions and decompressor seek points).",
         epilog="example:\n  tfrecord-index build 'data/train-*.tfrecord' --jobs 8",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -150,7 +161,8 @@ def build_parser() -> argparse.ArgumentParser:
         "build",
         "write the index of every file that has no fresh one (missing or stale), in parallel",
         "tfrecord-index build 'data/train-*.tfrecord' --jobs 8\n"
-        "tfrecord-index build s3://bucket/train/ --out-dir /indexes/train",
+        "tfrecord-index build s3://bucket/train/ --out-dir /indexes/train\n"
+        "tfrecord-index build damaged.tfrecord --on-error skip",
     )
     build.add_argument("paths", nargs="+", help="data files, globs, directories or URLs (s3://...)")
     build.add_argument(
@@ -162,6 +174,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     build.add_argument("--force", action="store_true", help="rebuild indexes that are already fresh")
     build.add_argument("--verify-crc", action="store_true", help="also check every payload's CRC")
+    build.add_argument(
+        "--on-error",
+        choices=("raise", "skip"),
+        default="raise",
+        help="raise: a damaged file fails (default); skip: index its intact records and list the "
+        "damaged regions left out (exit status 1)",
+    )
     build.add_argument("--out-dir", help="write indexes here (a directory or URL) instead of beside the data")
     build.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     add_storage_options(build)

@@ -244,3 +244,49 @@ def test_every_tool_names_the_same_damaged_record(tmp_path: Path, capsys: pytest
     path.write_bytes(encode_record(b"good") + b"\xff" * 16)
     with pytest.raises(tt.CorruptRecordError, match=r"length CRC mismatch .* at byte 20 \(record 1\)"):
         tt.count_records(path)
+
+
+def test_head_says_1_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from torch_tfrecord.framing import encode_record
+
+    path = tmp_path / "one.tfrecord"
+    path.write_bytes(encode_record(b"\x01") + encode_record(b"\xff\xfe"))
+    assert main(["head", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "1 byte," in out and "<1 byte 01>" in out and "2 bytes" in out and "1 bytes" not in out
+
+
+def test_schema_never_imports_torch_and_prints_the_spec_infer_spec_makes(tmp_path: Path) -> None:
+    import torch_tfrecord as tt
+
+    path = tmp_path / "examples.tfrecord"
+    png = b"\x89PNG\r\n\x1a\n" + bytes(20)
+    with tt.ExampleWriter(str(path)) as writer:
+        for i in range(6):
+            writer.write(
+                {
+                    "label": i,
+                    "pair": [i, i + 1],
+                    "score": [0.5] * (i % 3),  # lengths vary, some records set no list
+                    "name": f"item {i}",
+                    "image": tt.BytesList([png]),
+                    **({"optional": [1.5]} if i % 2 else {}),
+                }
+            )
+    out = _run_without_torch([["schema", str(path)]])
+    spec = tt.infer_spec(path)
+    assert out.endswith("spec = " + repr(spec) + "\n")  # the code pasted is the spec's own repr
+    assert "tt.Image(mode='RGB')" in out and "tt.FixedLen(shape=(2,), dtype=torch.int64)" in out
+    assert "tt.VarLen(dtype=torch.float32)," in out and "no values in 2 of 6 records" in out
+
+
+def test_schema_and_head_of_sequence_examples_never_import_torch() -> None:
+    import torch_tfrecord as tt
+
+    path = Path(__file__).parent / "data" / "examples" / "sequences.tfrecord"  # written by TensorFlow
+    out = _run_without_torch([["schema", str(path)], ["head", str(path), "-n", "1", "--json"]])
+    specs = tt.infer_spec(path)
+    # The code pasted is the specs' own repr, and how to pass them to the dataset.
+    code = f"context_spec = {specs.context_spec!r}\nsequence_spec = {specs.sequence_spec!r}\n"
+    assert code in out and "context_spec=context_spec, sequence_spec=sequence_spec)" in out
+    assert '"feature_lists": {"frames": {"type": "float", "steps": [[0.0, 1.0, 2.0], ' in out

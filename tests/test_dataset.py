@@ -350,10 +350,14 @@ def test_index_pattern_mapping_and_function(id_shards: Callable[..., list[Path]]
         tt.TFRecordDataset(paths, index="{nope}.idx")
 
 
-def test_compressed_file_is_refused_with_a_reason(golden_copy: Callable[[str], Path]) -> None:
-    path = golden_copy("gzip.tfrecord.gz")
-    with pytest.raises(tt.CompressedIndexError, match="GZIP-compressed"):
-        tt.TFRecordDataset(path)
+def test_compressed_file_is_read_by_record(
+    golden_copy: Callable[[str], Path], golden: dict[str, Any]
+) -> None:
+    path = golden_copy("gzip.tfrecord.gz")  # TensorFlow-written raw payloads: read by record id
+    files = tt.TFRecordDataset(path, spec={}).files
+    assert files.compressed and files.shard_sizes == (len(golden["payloads"]),)
+    order = [5, 0, len(golden["payloads"]) - 1]
+    assert files.read(order) == [golden["payloads"][i] for i in order]
 
 
 def _damage_payload(path: Path, record: int) -> None:
@@ -535,3 +539,103 @@ def test_spec_none_keeps_a_column_type_across_batches(tmp_path: Path) -> None:
         assert [batch["age"].values.dtype for batch in batches] == [torch.int64] * 3
         assert [batch["city"] for batch in batches] == [[[], []], [[], []], [[b"Oslo"], [b"Oslo"]]]
         assert batches[2]["age"].values.tolist() == [44, 45]
+
+
+# ---- guards against common mistakes (torch_tfrecord/_guards.py) ---------------------------------
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_batch_mode_dataset_batched_again_is_refused(
+    id_shards: Callable[..., list[Path]], workers: int
+) -> None:
+    paths = id_shards([40])
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8)
+    with pytest.raises(ValueError, match=r"batches them again: use DataLoader\(dataset, batch_size=None\)"):
+        next(iter(DataLoader(ds, batch_size=4, num_workers=workers)))
+    assert len(next(iter(DataLoader(ds, batch_size=None, num_workers=workers)))["id"]) == 8
+    assert len(next(iter(ds))["id"]) == 8  # iterated directly: no loader, nothing to check
+
+
+def test_varlen_samples_under_the_default_collate_name_tt_collate(
+    id_shards: Callable[..., list[Path]],
+) -> None:
+    paths = id_shards([30])
+    ds = tt.TFRecordDataset(paths, spec=SPEC, drop_last=False)
+    with pytest.raises(ValueError, match=r"VarLen features \['x'\].*collate_fn=tt.collate"):
+        next(iter(DataLoader(ds, batch_size=4)))
+    fixed = tt.TFRecordDataset(paths, spec={"id": SPEC["id"]}, drop_last=False)
+    assert next(iter(DataLoader(fixed, batch_size=4)))["id"].shape == (4,)  # fixed shapes stack
+    assert isinstance(next(iter(DataLoader(ds, batch_size=4, collate_fn=tt.collate)))["x"], tt.Ragged)
+
+
+def test_an_empty_source_list_is_refused() -> None:
+    from torch_tfrecord.shards import RecordFiles
+
+    for make in (
+        lambda: tt.TFRecordDataset([], spec=SPEC),
+        lambda: tt.IndexedTFRecordDataset([], spec=SPEC),
+        lambda: RecordFiles.from_sources([]),
+    ):
+        with pytest.raises(ValueError, match=r"sources=\[\] is empty: give at least one file"):
+            make()
+
+
+def test_a_second_pass_over_the_same_shuffled_epoch_warns_once(
+    id_shards: Callable[..., list[Path]],
+) -> None:
+    import warnings
+
+    paths = id_shards([20])
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = _ids(ds)[0]
+        for epoch in (1, 2):  # set_epoch each time: new orders, nothing to say
+            ds.set_epoch(epoch)
+            assert _ids(ds)[0] != first
+        assert not caught
+        again = _ids(ds)[0]  # epoch 2 once more: the same order
+        _ids(ds)
+    assert [str(w.message) for w in caught] == [
+        "the shuffled dataset starts epoch 2 again after a complete pass, in the same order: "
+        "call dataset.set_epoch(epoch) before each epoch for a new order"
+    ]
+    ds.set_epoch(2)
+    assert again == _ids(ds)[0]
+
+
+def test_no_warning_unshuffled_or_resuming(id_shards: Callable[..., list[Path]]) -> None:
+    import warnings
+
+    paths = id_shards([20])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plain = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5, shuffle=False)
+        _ids(plain), _ids(plain)  # the same order is what shuffle=False asks for
+        ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5)
+        iterator = iter(ds)
+        next(iterator)
+        state = ds.state_dict()
+        del iterator
+        _ids(ds)  # the first whole pass
+        ds.load_state_dict(state)
+        _ids(ds)  # resumes the epoch: not a second pass
+    assert not caught
+
+
+def test_workers_warn_about_a_repeated_epoch(
+    id_shards: Callable[..., list[Path]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A spawned worker prints its warnings to the inherited stderr (a forked one here would
+    record them in the copy of pytest's warning catcher); the flag shared by the workers and
+    the main process lets only one warn."""
+    paths = id_shards([20])
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5)
+    loader = DataLoader(
+        ds, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context="spawn"
+    )
+    _ids(loader)
+    assert "set_epoch" not in capfd.readouterr().err
+    _ids(loader)
+    _ids(loader)
+    assert capfd.readouterr().err.count("call dataset.set_epoch(epoch) before each epoch") == 1

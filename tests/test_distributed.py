@@ -7,12 +7,11 @@ that the test then checks. Also runs examples/train_ddp.py under torchrun.
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,8 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
-from torch.utils.data import DataLoader
+from gloo import free_port, spawn
+from torch.utils.data import ChainDataset, DataLoader
 
 import torch_tfrecord as tt
 
@@ -31,64 +30,23 @@ SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ids(batches: list[dict[str, Any]]) -> list[tuple[int, bool]]:
     return [
         (i, p) for b in batches for i, p in zip(b["_record_id"].tolist(), b["_padding"].tolist(), strict=True)
     ]
 
 
-def _rank_main(rank: int, port: int, shards: str, out: str) -> None:
+def _rank_main(
+    rank: int, port: int, shards: str, out: str, body: Callable[[str], dict[str, Any]] | None = None
+) -> None:
+    """One rank: joins the gloo group, runs ``body`` (default: the Example checks below) on the
+    shards, all-gathers its results; rank 0 writes them to ``out``."""
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(
         "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=TIMEOUT_S)
     )
     try:
-        results: dict[str, Any] = {}
-        make = lambda: tt.TFRecordDataset(shards, spec=SPEC, batch_size=4, seed=7, drop_last=False)  # noqa: E731
-        ds = make()  # rank and world size come from the process group
-        results["len"] = len(ds)
-        loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
-        for name, epoch in (("epoch0", 0), ("epoch0_again", 0), ("epoch1", 1)):
-            ds.set_epoch(epoch)
-            results[name] = _ids(list(loader))
-
-        # Stop mid-epoch, save, resume in a new dataset and loader (another worker count).
-        stopped = make()
-        stopped.set_epoch(1)
-        taken = []
-        for step, batch in enumerate(DataLoader(stopped, batch_size=None, num_workers=2)):
-            taken.append(batch)
-            if step == 2:
-                break
-        state = stopped.state_dict(consumed=len(taken))
-        resumed = make()
-        resumed.load_state_dict(state)
-        rest = list(DataLoader(resumed, batch_size=None, num_workers=1))
-        results["resume_taken"], results["resume_rest"] = _ids(taken), _ids(rest)
-
-        # A DDP training loop on uneven shards: every rank takes the same number of steps.
-        torch.manual_seed(0)
-        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-        steps = 0
-        for epoch in range(2):
-            ds.set_epoch(epoch)
-            for batch in loader:
-                target = batch["id"].float().unsqueeze(1)
-                loss = torch.nn.functional.mse_loss(model(target), target)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                steps += 1
-        results["train_steps"] = steps
-        results["weights"] = [p.detach().flatten().tolist() for p in model.parameters()]
-
+        results = (body or _example_results)(shards)
         gathered: list[Any] = [None] * WORLD_SIZE
         dist.all_gather_object(gathered, results)
         if rank == 0:
@@ -97,17 +55,47 @@ def _rank_main(rank: int, port: int, shards: str, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _spawn(fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-    context = mp.start_processes(fn, args=args, nprocs=WORLD_SIZE, join=False, start_method="spawn")
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not context.join(timeout=5):
-            if time.monotonic() > deadline:
-                pytest.fail(f"the process group did not finish within {TIMEOUT_S} s (a hang)")
-    finally:
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
+def _example_results(shards: str) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    make = lambda: tt.TFRecordDataset(shards, spec=SPEC, batch_size=4, seed=7, drop_last=False)  # noqa: E731
+    ds = make()  # rank and world size come from the process group
+    results["len"] = len(ds)
+    loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
+    for name, epoch in (("epoch0", 0), ("epoch0_again", 0), ("epoch1", 1)):
+        ds.set_epoch(epoch)
+        results[name] = _ids(list(loader))
+
+    # Stop mid-epoch, save, resume in a new dataset and loader (another worker count).
+    stopped = make()
+    stopped.set_epoch(1)
+    taken = []
+    for step, batch in enumerate(DataLoader(stopped, batch_size=None, num_workers=2)):
+        taken.append(batch)
+        if step == 2:
+            break
+    state = stopped.state_dict(consumed=len(taken))
+    resumed = make()
+    resumed.load_state_dict(state)
+    rest = list(DataLoader(resumed, batch_size=None, num_workers=1))
+    results["resume_taken"], results["resume_rest"] = _ids(taken), _ids(rest)
+
+    # A DDP training loop on uneven shards: every rank takes the same number of steps.
+    torch.manual_seed(0)
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(1, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    steps = 0
+    for epoch in range(2):
+        ds.set_epoch(epoch)
+        for batch in loader:
+            target = batch["id"].float().unsqueeze(1)
+            loss = torch.nn.functional.mse_loss(model(target), target)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            steps += 1
+    results["train_steps"] = steps
+    results["weights"] = [p.detach().flatten().tolist() for p in model.parameters()]
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +110,7 @@ def gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
                 writer.write({"id": record_id, "x": [1.0]})
                 record_id += 1
     out = folder / "gathered.json"
-    _spawn(_rank_main, (_free_port(), str(shards), str(out)))
+    spawn(_rank_main, WORLD_SIZE, (free_port(), str(shards), str(out)), TIMEOUT_S)
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
@@ -205,3 +193,110 @@ def test_train_ddp_example_runs_in_one_process_without_a_launcher(tmp_path: Path
         missing.returncode == 1
         and "--resume: no checkpoint of rank 0 at 'nowhere/rank0.pt'" in missing.stderr
     )
+
+
+# Raw payloads and SequenceExamples over plain and compressed shards: the same promises, every
+# shuffle mode.
+SHUFFLES: tuple[tt.order.Shuffle, ...] = ("global", "shards", "block:8", False)
+PAYLOADS: dict[str, dict[str, Any]] = {
+    "raw": {"spec": "raw"},
+    "sequence": {
+        "context_spec": {"id": tt.FixedLen((), torch.int64)},
+        "sequence_spec": {"steps": tt.FixedLenSequence((1,), torch.float32)},
+    },
+}
+
+
+def _payload_ids(batch: dict[str, Any]) -> list[int]:
+    """The record ids that the records' own contents give (their "id" context feature)."""
+    if "record" in batch:  # raw: the transform's own parsing
+        return [int(tt.decode_sequence_example(r, {"id": "int"}, {})[0]["id"][0]) for r in batch["record"]]
+    steps, lengths = batch["steps"], batch["_lengths"]["steps"]
+    ids = batch["id"].tolist()
+    for row, count, record_id in zip(steps, lengths.tolist(), ids, strict=True):
+        assert count == record_id % 4 and row[:count].flatten().tolist() == [float(record_id)] * count
+        assert not row[count:].any()  # padded with 0 as TensorFlow pads
+    return ids  # type: ignore[no-any-return]
+
+
+def _tagged(name: str, batch: dict[str, Any]) -> dict[str, Any]:
+    """The transform: names the dataset a batch comes from, and the ids its records hold."""
+    return {**batch, "dataset": name, "contents": _payload_ids(batch)}
+
+
+def _payload_results(shards: str) -> dict[str, Any]:
+    """Every (payload, shuffle) dataset chained in one loader: one start of the workers, not 12."""
+
+    def make(name: str) -> tt.TFRecordDataset:
+        kind, shuffle = name.split("-")
+        return tt.TFRecordDataset(
+            shards,
+            batch_size=4,
+            seed=7,
+            drop_last=False,
+            shuffle=False if shuffle == "False" else shuffle,  # type: ignore[arg-type]
+            transform=functools.partial(_tagged, name),
+            **PAYLOADS[kind],
+        )
+
+    names = [f"{kind}-{shuffle}" for kind in PAYLOADS for shuffle in SHUFFLES]
+    whole: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for batch in DataLoader(ChainDataset([make(name) for name in names]), batch_size=None, num_workers=2):
+        whole[batch["dataset"]].append(batch)
+    # Stopped after 3 batches of a 2-worker loader; the rest with 1 worker.
+    resumed = []
+    for name in names:
+        dataset = make(name)
+        dataset.load_state_dict(make(name).state_dict(consumed=3))
+        resumed.append(dataset)
+    rest: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for batch in DataLoader(ChainDataset(resumed), batch_size=None, num_workers=1):
+        rest[batch["dataset"]].append(batch)
+    return {
+        name: {
+            "len": len(make(name)),
+            "epoch": _ids(whole[name]),
+            "contents": [i for b in whole[name] for i in b["contents"]],
+            "resumed": _ids(whole[name][:3]) + _ids(rest[name]),
+        }
+        for name in names
+    }
+
+
+@pytest.fixture(scope="module")
+def payloads_gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("ddp_payloads")
+    shards = folder / "shards"
+    shards.mkdir()
+    record_id = 0
+    # 61 SequenceExamples, very uneven, in plain, GZIP and ZLIB shards.
+    layout = [(1, "", None), (7, ".gz", "gzip"), (50, "", None), (3, "", "zlib")]
+    for shard, (size, suffix, compression) in enumerate(layout):
+        with tt.RecordWriter(shards / f"part-{shard}.tfrecord{suffix}", compression=compression) as writer:
+            for _ in range(size):
+                steps = [[float(record_id)]] * (record_id % 4)
+                writer.write(tt.encode_sequence_example({"id": [record_id]}, {"steps": steps}))
+                record_id += 1
+    out = folder / "gathered.json"
+    spawn(_rank_main, WORLD_SIZE, (free_port(), str(shards), str(out), _payload_results), TIMEOUT_S)
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("shuffle", SHUFFLES)
+@pytest.mark.parametrize("kind", PAYLOADS)
+def test_payloads_exactly_once_equal_batches_and_resume(
+    payloads_gathered: list[dict[str, Any]], kind: str, shuffle: tt.order.Shuffle
+) -> None:
+    per_rank = [rank[f"{kind}-{shuffle}"] for rank in payloads_gathered]
+    assert [r["len"] for r in per_rank] == [8, 8]
+    assert [len(r["epoch"]) for r in per_rank] == [32, 32]  # 8 batches of 4 on each rank
+    real = [i for r in per_rank for i in _real(r["epoch"])]
+    assert sorted(real) == list(range(61))  # exactly once across ranks and workers
+    for r in per_rank:
+        assert r["contents"] == [i for i, _ in r["epoch"]]  # each record's content is its id's
+        assert r["resumed"] == r["epoch"]  # 3 batches with 2 workers, the rest with 1
+    ascending = [_real(r["epoch"]) == sorted(_real(r["epoch"])) for r in per_rank]
+    if shuffle is False:
+        assert all(ascending)  # file order
+    elif shuffle == "global":
+        assert not any(ascending)

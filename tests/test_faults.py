@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gloo import free_port
 
 import torch_tfrecord as tt
 
 FAULTS = Path(__file__).resolve().parent / "faults"
 ROOT = FAULTS.parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -43,7 +37,7 @@ def _log(path: Path) -> list[dict[str, Any]]:
 
 
 def _start_ranks(shards: Path, out: Path, run: str) -> list[subprocess.Popen[bytes]]:
-    port = _free_port()
+    port = free_port()
     processes = []
     for rank in range(2):
         env = {

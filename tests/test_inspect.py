@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -266,3 +267,63 @@ def test_schema_shows_unknown_types_and_one_dtype_rendering(
     assert rows["comment"].split()[1:4] == ["VarLen", "dtype=torch.float32", "type"]
     assert "type unknown: no values in any of the 3 records" in rows["comment"]
     assert "shape=(0,)" not in table and "# type unknown" in code
+
+
+SEQUENCES = DATA / "examples" / "sequences.tfrecord"  # written by TensorFlow (make_examples_golden.py)
+
+
+def test_head_shows_feature_lists(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["head", str(SEQUENCES), "-n", "3"]) == 0
+    records = capsys.readouterr().out.split("record ")[1:]
+    first = records[0].splitlines()
+    assert first[0].endswith("168 bytes, a SequenceExample")
+    assert first[1:] == [
+        "  context: 2 features",
+        "    id      bytes[1]  'first'",
+        "    length  int64[1]  3",
+        "  feature lists: 3 lists",
+        "    frames  float, 3 steps  [0 1 2] [3 4 5] [6 7 8]",
+        "    ids     int64, 3 steps  [1] [2 3] []",
+        "    words   bytes, 3 steps  ['a'] ['bb'] ['ccc']",
+    ]
+    assert "feature lists: 2 lists" in records[1] and "words" not in records[1]
+    assert "    frames  0 steps" in records[2].splitlines()
+    many = tt.encode_sequence_example({}, {"t": [[i] for i in range(6)]})
+    assert format_text(0, many).endswith("t  int64, 6 steps  [0] [1] [2] [3] ... (2 more steps)")
+    assert main(["head", str(SEQUENCES), "--json", "-n", "3"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert "features" not in lines[0] and lines[0]["context"]["length"] == {"type": "int64", "values": [3]}
+    assert lines[0]["feature_lists"]["frames"] == {
+        "type": "float",
+        "steps": [[0, 1, 2], [3, 4, 5], [6, 7, 8]],
+    }
+    assert [base64.b64decode(s[0]) for s in lines[0]["feature_lists"]["words"]["steps"]] == [
+        b"a",
+        b"bb",
+        b"ccc",
+    ]
+    assert lines[0]["feature_lists"]["ids"]["steps"] == [[1], [2, 3], []]
+    assert sorted(lines[1]["feature_lists"]) == ["frames", "ids"]
+
+
+def test_schema_of_sequence_examples_tables_and_code_that_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from test_payloads import CONTEXT_SPEC, SEQUENCE_SPEC
+
+    assert main(["schema", str(SEQUENCES)]) == 0
+    out = capsys.readouterr().out
+    table, code = out.split("# paste into your code:")
+    assert table.startswith("SequenceExamples (3 records read): 2 context features, 3 feature lists")
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[1:] if line.strip()}
+    assert rows["context"][:3] == ["context", "feature", "spec"] and rows["length"][1] == "FixedLen"
+    assert rows["feature"][:3] == ["feature", "list", "steps"]
+    assert rows["frames"][1:4] == ["0-3", "FixedLenSequence", "shape=(3,),"]
+    assert rows["ids"][1:3] == ["0-3", "VarLen"] and rows["words"][-1] == "allow_missing=True"
+    namespace: dict[str, Any] = {}
+    exec(code, namespace)
+    assert namespace["context_spec"] == CONTEXT_SPEC and namespace["sequence_spec"] == SEQUENCE_SPEC
+    samples = sorted(namespace["ds"], key=lambda s: int(s["_record_id"]))  # the code's dataset reads
+    expected = json.loads((DATA / "examples" / "expected.json").read_text())["sequences"]
+    assert [s["_lengths"]["words"].item() for s in samples] == expected["lengths"]["words"]["values"]
+    frames = torch.tensor(expected["sequences"]["frames"]["values"]).reshape(3, 3, 3)
+    for sample, steps, padded in zip(samples, expected["lengths"]["frames"]["values"], frames):
+        assert torch.equal(sample["frames"], padded[:steps])

@@ -551,8 +551,10 @@ def test_native_crc_matches_crc32c_package() -> None:
     import crc32c
 
     rng = random.Random(3)
-    for n in [0, 1, 7, 8, 9, 63, 64, 1000, 4099]:
-        data = bytes(rng.randrange(256) for _ in range(n))
+    # around the three-stream blocks of 3 x 256 and 3 x 8192 bytes, and several of each
+    sizes = [0, 1, 7, 8, 9, 63, 64, 767, 768, 769, 1000, 4099, 24575, 24576, 24577, 3 * 24576 + 3 * 768 + 5]
+    for n in sizes:
+        data = rng.randbytes(n)
         crc = crc32c.crc32c(data)
         expected = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
         assert native._native.masked_crc32c(data) == expected  # type: ignore[union-attr]
@@ -570,6 +572,34 @@ def test_software_crc_agrees(tmp_path: Path) -> None:
     )
     env = {**os.environ, "TORCH_TFRECORD_NO_HW_CRC": "1"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_read_framed_in_one_call_equals_the_per_record_reads(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch_tfrecord import shards
+    from torch_tfrecord.shards import RecordFiles
+
+    files = RecordFiles.from_sources(id_shards([5, 0, 9, 4]))
+    rng = np.random.default_rng(1)
+    scratch = bytearray(3)  # grown as needed
+    batches = (np.arange(18), rng.integers(0, 18, 40), np.array([17, 0, 17, 3, 3, 9]), np.zeros(0, np.int64))
+    for ids in batches:
+        framed = files.read_framed(ids, scratch)
+        assert framed is not None
+        buffer, starts, sizes = framed
+        records = [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts.tolist(), sizes.tolist())]
+        assert records == files.read(ids)
+        assert len(set(starts.tolist())) == len(ids)  # a place of its own for each, repeats too
+    with pytest.raises(IndexError, match=r"record ids must lie in \[0, 18\)"):
+        files.read_framed([3, 18])
+    # More shards in a batch than stay open at once: the loop per shard reads it.
+    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 2)
+    fewer = RecordFiles(files.paths, files.tables)
+    ids = np.array([17, 0, 6, 15, 1])
+    buffer, starts, sizes = fewer.read_framed(ids)  # type: ignore[misc]
+    assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
+    assert len(fewer._files) == 2
 
 
 def test_read_into_coalesces_and_reports_short_reads(tmp_path: Path) -> None:

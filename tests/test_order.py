@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import tracemalloc
 
@@ -11,7 +12,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord.order import EpochPlan, Progress, WorkerSlice, merge_progress, mix_seed, permute
+from torch_tfrecord.order import (
+    EpochPlan,
+    Progress,
+    WorkerSlice,
+    block_size,
+    merge_progress,
+    mix_seed,
+    permute,
+    rest_of_epoch,
+)
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 15, 16, 17, 1000, 4097, 65_537])
@@ -71,7 +81,7 @@ def _epoch_samples(plan_args: dict, world_size: int, epoch: int) -> list[tuple[l
     world_size=st.integers(1, 5),
     batch_size=st.one_of(st.none(), st.integers(1, 9)),
     drop_last=st.booleans(),
-    shuffle=st.sampled_from(["global", "shards", False]),
+    shuffle=st.sampled_from(["global", "shards", False, "block:1", "block:3", "block:16", "block:1000"]),
     seed=st.integers(0, 2**32),
     epoch=st.integers(0, 50),
 )
@@ -174,6 +184,56 @@ def test_shards_shuffle_reads_each_shard_in_order() -> None:
     assert len(orders) > 1
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    shard_sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6),
+    window=st.integers(1, 70),
+    seed=st.integers(0, 2**32),
+    epoch=st.integers(0, 50),
+)
+def test_block_shuffle_permutes_within_windows_of_shuffled_shards(
+    shard_sizes: list[int], window: int, seed: int, epoch: int
+) -> None:
+    sizes = tuple(shard_sizes)
+    n = sum(sizes)
+    block = EpochPlan(sizes, shuffle=f"block:{window}", seed=seed).order(np.arange(n), epoch)
+    shards = EpochPlan(sizes, shuffle="shards", seed=seed).order(np.arange(n), epoch)
+    assert sorted(block.tolist()) == list(range(n))  # a permutation
+    for start in range(0, n, window):  # each window holds exactly the shard-shuffled window's records
+        assert sorted(block[start : start + window].tolist()) == sorted(
+            shards[start : start + window].tolist()
+        )
+    # A function of the position: any slice gives the same values as the whole, and it is pure.
+    if n:
+        middle = np.arange(n // 3, n)
+        assert np.array_equal(
+            EpochPlan(sizes, shuffle=f"block:{window}", seed=seed).order(middle, epoch), block[middle]
+        )
+
+
+def test_block_shuffle_mixes_within_windows_and_differs_per_epoch() -> None:
+    sizes = (1000, 1000, 1000)
+    plan = EpochPlan(sizes, shuffle="block:100", seed=1)
+    shards = EpochPlan(sizes, shuffle="shards", seed=1)
+    positions = np.arange(3000)
+    first, second = plan.order(positions, 0), plan.order(positions, 1)
+    assert not np.array_equal(first, second)
+    # Records move within their window (at most 99 places from the shard-shuffled order) ...
+    place = np.empty(3000, dtype=np.int64)
+    place[shards.order(positions, 0)] = positions
+    moved = np.abs(place[first] - positions)
+    assert moved.max() < 100 and moved.mean() > 20  # ... and do move (a window's mean is ~33)
+    # Consecutive windows of one shard are read one after the other (sequential reads).
+    assert np.array_equal(np.sort(first[:100]), np.sort(shards.order(positions, 0)[:100]))
+
+
+def test_block_size_parses_and_refuses() -> None:
+    assert block_size("block:64") == 64 and block_size("global") is None and block_size(False) is None
+    for bad in ("block", "block:0", "block:-3", "block:x", "blocks:4", True):
+        with pytest.raises(ValueError, match="block:K"):
+            block_size(bad)  # type: ignore[arg-type]
+
+
 def test_unshuffled_order_is_file_order() -> None:
     plan = EpochPlan((3, 4), shuffle=False, world_size=2, rank=1, drop_last=False)
     ids, padding = plan.records(np.arange(plan.samples_per_rank), epoch=5)
@@ -231,3 +291,128 @@ def test_worker_items_can_skip_what_was_handed_out() -> None:
     assert np.concatenate(list(slice_.items(20))).tolist() == [3, 4, 5, 9, 10, 11, 15, 16, 17]
     assert np.concatenate(list(slice_.items(20, skip=4))).tolist() == [10, 11, 15, 16, 17]
     assert slice_.count(20) == 9 and WorkerSlice(2, 0, 3).count(20) == 11
+
+
+def _rank_records(plan: EpochPlan, epoch: int, units: list[int]) -> tuple[list[int], list[bool]]:
+    if not units:
+        return [], []
+    ids, padding = plan.records(plan.unit_positions(units), epoch)
+    return ids.tolist(), padding.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shard_sizes=st.lists(st.integers(0, 30), min_size=1, max_size=4),
+    worlds=st.lists(st.integers(1, 5), min_size=2, max_size=4),
+    batch_size=st.one_of(st.none(), st.integers(1, 5)),
+    drop_last=st.booleans(),
+    shuffle=st.sampled_from(["global", "shards", False]),
+    samples_per_epoch=st.one_of(st.none(), st.integers(1, 90)),
+    epoch=st.integers(0, 5),
+    data=st.data(),
+)
+def test_resume_on_other_world_sizes_reads_the_rest_once(
+    shard_sizes: list[int],
+    worlds: list[int],
+    batch_size: int | None,
+    drop_last: bool,
+    shuffle: str | bool,
+    samples_per_epoch: int | None,
+    epoch: int,
+    data: st.DataObject,
+) -> None:
+    """Stop every rank anywhere (with units out of order, as workers leave them), compute the rest,
+    split it over another number of ranks, stop again ...: the epoch's positions are read once."""
+    if samples_per_epoch is not None and sum(shard_sizes) == 0:
+        return
+    base = EpochPlan(
+        tuple(shard_sizes), batch_size=batch_size, drop_last=drop_last, shuffle=shuffle,  # type: ignore[arg-type]
+        seed=11, samples_per_epoch=samples_per_epoch,
+    )  # fmt: skip
+    full = base.epoch_size
+    stream = base.stream(np.arange(full) + epoch * full).tolist()  # the epoch's record at each position
+    read: list[int] = []  # positions read, by any world
+    rest = None
+    left_out = 0
+    for step, world_size in enumerate(worlds):
+        plan = dataclasses.replace(base, world_size=world_size, rest=rest)
+        last = step == len(worlds) - 1
+        progress, counts = [], set()
+        for rank in range(world_size):
+            ranked = dataclasses.replace(plan, rank=rank)
+            units = list(range(ranked.units_per_rank))
+            if last:
+                start, done = len(units), []
+            else:
+                start = data.draw(st.integers(0, len(units)))
+                done = sorted(
+                    data.draw(st.sets(st.sampled_from(units[start + 1 :]))) if units[start + 1 :] else []
+                )
+            taken = list(range(start)) + done
+            ids, padding = _rank_records(ranked, epoch, taken)
+            indices = np.asarray(ranked.unit_positions(taken), np.int64) + rank * ranked.samples_per_rank
+            positions = ranked.positions(indices % max(1, ranked.num_positions)).tolist()
+            real = [p for p, pad in zip(positions, padding, strict=True) if not pad]
+            assert ids == [stream[p] for p in positions]
+            read += real
+            progress.append(Progress(start, tuple(done)))
+            counts.add(ranked.units_per_rank)
+        assert len(counts) == 1  # every rank the same number of units
+        left_out += plan.dropped
+        if drop_last:
+            assert plan.dropped < world_size * plan.unit
+        rest = rest_of_epoch(plan, progress)
+        assert sum(b - a for a, b in rest) <= plan.num_positions
+    assert len(read) == len(set(read))  # nothing twice
+    if drop_last:
+        assert len(read) + left_out == full  # what is left out is what each world dropped
+    else:
+        assert sorted(read) == list(range(full))  # everything once
+
+
+def test_rest_of_epoch_stays_small_for_a_billion_records() -> None:
+    plan = EpochPlan((10**9,), world_size=64, batch_size=512, seed=1)
+    progress = [Progress(1000 + r, (1002 + r, 1005 + r)) for r in range(64)]
+    rest = rest_of_epoch(plan, progress)
+    assert len(rest) <= 3 * 64
+    resumed = dataclasses.replace(plan, world_size=48, rank=47, rest=rest)
+    ids, padding = resumed.records(np.arange(resumed.samples_per_rank - 512, resumed.samples_per_rank), 0)
+    assert len(set(ids.tolist())) == 512 and not padding.any()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(1, 50),
+    samples_per_epoch=st.integers(1, 120),
+    shuffle=st.sampled_from(["global", "shards", False]),
+    epochs=st.integers(1, 8),
+)
+def test_samples_per_epoch_continues_through_the_passes(
+    n: int, samples_per_epoch: int, shuffle: str | bool, epochs: int
+) -> None:
+    plan = EpochPlan((n // 2, n - n // 2), shuffle=shuffle, samples_per_epoch=samples_per_epoch, seed=3)  # type: ignore[arg-type]
+    assert plan.units_per_rank == samples_per_epoch
+    seen = [i for e in range(epochs) for i in plan.records(np.arange(samples_per_epoch), e)[0].tolist()]
+    for first in range(0, len(seen), n):  # each pass: every record once before any repeats
+        chunk = seen[first : first + n]
+        assert len(set(chunk)) == len(chunk)
+    for first in range(0, len(seen) - n + 1, n):  # each whole pass: every record
+        assert sorted(seen[first : first + n]) == list(range(n))
+    # Pure: the same epoch again gives the same samples.
+    assert (
+        plan.records(np.arange(samples_per_epoch), epochs)[0].tolist()
+        == plan.records(np.arange(samples_per_epoch), epochs)[0].tolist()
+    )
+
+
+def test_short_epochs_go_on_through_the_pass_and_longer_ones_start_another() -> None:
+    short = EpochPlan((10,), samples_per_epoch=4, seed=2)
+    seen = [short.records(np.arange(4), e)[0].tolist() for e in range(5)]
+    flat = [i for epoch in seen for i in epoch]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:20]) == list(range(10))
+    assert flat[:10] != flat[10:20]  # the second pass is another permutation
+    assert flat[:10] == EpochPlan((10,), seed=2).records(np.arange(10), 0)[0].tolist()  # pass 0 = epoch 0
+    long = EpochPlan((10,), samples_per_epoch=25, world_size=2, rank=1, batch_size=4, seed=2)
+    assert long.units_per_rank == 3 and long.dropped == 1
+    with pytest.raises(ValueError, match="samples_per_epoch"):
+        EpochPlan((0,), samples_per_epoch=5)

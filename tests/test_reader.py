@@ -133,12 +133,15 @@ def test_gzip_read_as_plain_is_an_error(records_dir: Path) -> None:
         list(read_records(records_dir / "gzip.tfrecord.gz", compression=None))
 
 
-def test_on_error_skip_skips_rest_of_file_and_counts(records_dir: Path, golden: dict) -> None:
+def test_on_error_skip_resumes_after_the_damaged_record_and_counts(records_dir: Path, golden: dict) -> None:
     stats = ReadStats()
     records = list(read_records(records_dir / "flipped_payload.tfrecord", on_error="skip", stats=stats))
-    assert records == golden["payloads"][:3]
-    assert stats.files_skipped == 1 and stats.records == 3 and len(stats.errors) == 1
-    assert "record 3" in stats.errors[0]
+    assert records == golden["payloads"][:3] + golden["payloads"][4:]
+    assert stats.files_skipped == 0 and stats.records == 10 and len(stats.errors) == 1
+    [region] = stats.damaged
+    assert region.records == 1 and region.first_record == 3 and stats.records_skipped == 1
+    assert region.size == stats.bytes_skipped == len(encode_record(golden["payloads"][3]))
+    assert "record 3" in stats.errors[0] and f"bytes {region.start}..{region.end}" in stats.errors[0]
 
 
 def test_on_error_skip_with_index_skips_only_the_damaged_record(records_dir: Path, golden: dict) -> None:

@@ -298,6 +298,24 @@ def test_s3_two_workers_match_local_record_for_record(
     assert [int(indexed[i]["id"]) for i in (0, 699, 350)] == [0, 699, 350]
 
 
+def test_s3_raw_payloads_match_local_record_for_record(
+    s3: tuple[str, dict[str, Any]], local_shards: str
+) -> None:
+    _, options = s3
+
+    def epoch(source: str, **kwargs: Any) -> list[tuple[int, bytes]]:
+        ds = tt.TFRecordDataset(source, spec="raw", seed=3, batch_size=32, drop_last=False, **kwargs)
+        loader = DataLoader(ds, batch_size=None, num_workers=2)
+        return [
+            (i, r) for b in loader for i, r in zip(b[tt.RECORD_ID_KEY].tolist(), b["record"], strict=True)
+        ]
+
+    got = epoch("s3://bucket/data/train-*.tfrecord", storage_options=options)
+    assert got == epoch(local_shards)
+    assert all(int(tt.decode_example(record, SPEC)["id"]) == i for i, record in got)  # each its own bytes
+    assert {i for i, _ in got} == set(range(N))
+
+
 def test_s3_read_records_and_directory_listing(s3: tuple[str, dict[str, Any]], local_shards: str) -> None:
     _, options = s3
     paths = tt.io.expand_sources("s3://bucket/data", options)
@@ -545,6 +563,10 @@ def test_read_ahead_needs_a_pass_and_lets_go_at_its_end() -> None:
 
 
 def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most _MAX_OPEN_FILES remote files are kept, least recently used let go first; every
+    request is counted, those made through a file let go while another thread still reads it too."""
+    import fsspec.implementations.memory as memory
+
     from torch_tfrecord import shards
 
     monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 3)
@@ -553,7 +575,24 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
         with tt.RecordWriter(f"memory://bounded/{i}.tfrecord") as writer:
             writer.write(bytes([i]) * 10)
         paths.append(f"memory://bounded/{i}.tfrecord")
+    served = []  # the data ranges the file system was asked for, from any thread
+    cat_file = memory.MemoryFileSystem.cat_file
+
+    def counted(self: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith(".tfrecord"):  # not the indexes, read whole when the dataset is made
+            served.append(path)
+        return cat_file(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(memory.MemoryFileSystem, "cat_file", counted)
     files = shards.RecordFiles.from_sources(paths)
-    assert files.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
-    assert len(files._remote) == 3 and list(files._remote) == [2, 3, 4]
-    assert files.remote_requests == 5  # those of the files let go are still counted
+    for i in range(5):  # one shard at a time: the order they are let go in is known
+        assert files.read([i]) == [bytes([i]) * 10]
+    assert list(files._remote) == [2, 3, 4]
+    assert files.remote_requests == len(served) == 5  # those of the files let go are still counted
+    # Shards read from several threads while each opening lets another go: none is lost.
+    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 1)
+    crowded = shards.RecordFiles.from_sources(paths)
+    served.clear()
+    for _ in range(3):
+        assert crowded.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
+    assert len(crowded._remote) == 1 and crowded.remote_requests == len(served) >= 5

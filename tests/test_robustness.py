@@ -51,14 +51,26 @@ def _read_all(path: Path, **kwargs: Any) -> tuple[list[bytes], tt.ReadStats]:
     return list(tt.read_records(path, on_error="skip", stats=stats, **kwargs)), stats
 
 
-def _sequential_damage(path: Path, error: type[Exception], *words: str) -> None:
-    """A sequential read raises ``error`` naming the file and ``words``; skip mode keeps what came before."""
+def _sequential_damage(
+    path: Path,
+    error: type[Exception],
+    *words: str,
+    intact: list[bytes] = GOOD[:BAD_AT],
+    lost: int | None = None,
+) -> None:
+    """A sequential read raises ``error`` naming the file and ``words``; skip mode keeps every
+    ``intact`` record and reports one damaged region, from the damaged record on."""
     with pytest.raises(error) as caught:
         list(tt.read_records(path))
     message = str(caught.value)
     assert str(path) in message and all(word in message for word in words), message
     kept, stats = _read_all(path)
-    assert kept == GOOD[:BAD_AT] and stats.files_skipped == 1 and stats.errors == [message]
+    assert kept == intact and stats.files_skipped == 0
+    [region] = stats.damaged
+    assert region.error == message and stats.errors == [str(region)]
+    assert region.start == _offset(BAD_AT) and region.records == lost and stats.records_skipped == (lost or 0)
+    after = len(_framed(intact[BAD_AT:]))  # the intact records after the damage
+    assert stats.bytes_skipped == region.size == path.stat().st_size - region.start - after
 
 
 # ---- framing ---------------------------------------------------------------------------------
@@ -96,7 +108,17 @@ def test_flipped_bit(tmp_path: Path, where: str, words: str) -> None:
     data[at] ^= 0x10
     path = tmp_path / f"flipped-{where}.tfrecord"
     path.write_bytes(bytes(data))
-    _sequential_damage(path, tt.CorruptRecordError, f"byte {_offset(BAD_AT)}", f"record {BAD_AT}", words)
+    lost = None if where == "length" else 1  # a damaged header hides how many records were there
+    intact = GOOD[:BAD_AT] + GOOD[BAD_AT + 1 :]
+    _sequential_damage(
+        path,
+        tt.CorruptRecordError,
+        f"byte {_offset(BAD_AT)}",
+        f"record {BAD_AT}",
+        words,
+        intact=intact,
+        lost=lost,
+    )
     if where != "length":  # the headers are sound: an index exists, and index reads skip one record
         table = tt.index.index_from_sizes([len(encode_record(p)) for p in GOOD])
         tt.save_index(table, tt.default_index_path(path))
@@ -158,8 +180,8 @@ def test_gzip_read_as_plain(tmp_path: Path) -> None:
     assert list(tt.read_records(path)) == GOOD  # "auto" knows GZIP by its magic bytes
     with pytest.raises(tt.CorruptRecordError, match=r"at byte 0 \(record 0\)"):
         list(tt.read_records(path, compression=None))
-    with pytest.raises(tt.CompressedIndexError, match="GZIP-compressed"):
-        tt.TFRecordDataset(path, spec=SPEC)
+    ds = tt.TFRecordDataset(path, spec=SPEC, shuffle=False, batch_size=8)  # through a compressed index
+    assert next(iter(ds))["label"].tolist() == list(range(8))
 
 
 def test_truncated_gzip_stream(tmp_path: Path) -> None:
@@ -171,6 +193,7 @@ def test_truncated_gzip_stream(tmp_path: Path) -> None:
     with pytest.raises(tt.CorruptRecordError, match="cut.tfrecord.gz"):
         list(tt.read_records(path))
     assert kept == GOOD[: len(kept)] and stats.files_skipped == 1  # every record before the cut
+    assert not stats.damaged  # a damaged compressed stream cannot be read past the damage
 
 
 def test_gzip_bomb_reads_in_bounded_memory(tmp_path: Path) -> None:
@@ -200,7 +223,7 @@ def test_stale_index_after_append(tmp_path: Path) -> None:
     path = _indexed(tmp_path, GOOD)
     with path.open("ab") as f:
         f.write(encode_record(GOOD[0]))
-    with pytest.raises(tt.StaleIndexError, match=r"data.tfrecord.idx.*grew.*--force"):
+    with pytest.raises(tt.StaleIndexError, match=r"data.tfrecord.idx.*grew.*`tfrecord-index build`\)"):
         tt.TFRecordDataset(path, spec=SPEC)
 
 

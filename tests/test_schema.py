@@ -8,7 +8,7 @@ import torch
 import wire
 
 import torch_tfrecord as tt
-from torch_tfrecord.schema import infer_spec_from_records
+from torch_tfrecord.schema import InferredSequenceSpec, InferredSpec, infer_spec_from_records
 
 
 def png_bytes() -> bytes:
@@ -116,3 +116,95 @@ def test_non_utf8_keys_are_not_an_example(tmp_path: Path, capsys: pytest.Capture
 
     assert main(["head", str(path)]) == 0
     assert "not an Example" in capsys.readouterr().out
+
+
+SEQUENCES = Path(__file__).parent / "data" / "examples" / "sequences.tfrecord"
+
+
+def test_infer_spec_on_tensorflow_sequence_examples() -> None:
+    # sequences.tfrecord was written by TensorFlow (make_examples_golden.py); the proposal is the
+    # spec its parse_sequence_example results were made with (test_payloads compares the decoding).
+    from test_payloads import CONTEXT_SPEC, SEQUENCE_SPEC
+
+    specs = tt.infer_spec(SEQUENCES)
+    assert isinstance(specs, InferredSequenceSpec)
+    assert specs.context_spec == CONTEXT_SPEC and specs.sequence_spec == SEQUENCE_SPEC
+    assert dict(specs) == {"context_spec": CONTEXT_SPEC, "sequence_spec": SEQUENCE_SPEC}  # **specs
+    assert specs.steps == {"frames": (0, 3), "ids": (0, 3), "words": (0, 3)} and specs.warnings == []
+    assert eval(repr(specs), {"tt": tt, "torch": torch}) == dict(specs)  # code to paste
+    context, lists = tt.decode_sequence_example(next(iter(tt.read_records(SEQUENCES))), **specs)
+    assert context["id"] == b"first" and lists["ids"].tolist() == [[1], [2, 3], []]
+
+
+def _sequence(context: dict[str, object], lists: dict[str, list[object]]) -> bytes:
+    return tt.encode_sequence_example(context, lists)
+
+
+def test_feature_list_proposals() -> None:
+    records = [
+        _sequence(
+            {"id": 0, "tag": tt.BytesList([b"a", b"b"])},
+            {
+                "xy": [[0.5, 1.5], [2.5, 3.5]],  # two values in every step: FixedLenSequence((2,))
+                "token": [[1], [2], [3]],  # one value per step: shape ()
+                "ids": [[1], [2, 3]],  # lengths vary: VarLen
+                "word": [tt.BytesList([b"hi"])],  # missing in record 1: allow_missing
+                "pair": [tt.BytesList([b"a", b"b"])],  # bytes steps of 2 values: only VarLen reads them
+                "gaps": [[1], []],  # a step with no list set: VarLen
+                "none": [[], []],  # no step sets a list: type unknown
+                "id": [[1]],  # also a context key
+            },
+        ),
+        _sequence(
+            {"id": 1, "tag": tt.BytesList([b"c"])},
+            {
+                "xy": [],
+                "token": [[4]],
+                "ids": [[4, 5, 6]],
+                "pair": [tt.BytesList([b"c", b"d"])],
+                "gaps": [[2]],
+                "none": [],
+            },
+        ),
+    ]
+    specs = infer_spec_from_records(records)
+    assert isinstance(specs, InferredSequenceSpec)
+    assert specs.context_spec == {"id": tt.FixedLen((), torch.int64), "tag": tt.VarLen(bytes)}
+    assert specs.sequence_spec == {
+        "gaps": tt.VarLen(torch.int64),
+        "id": tt.FixedLenSequence((), torch.int64, allow_missing=True),
+        "ids": tt.VarLen(torch.int64),
+        "none": tt.VarLen(torch.float32),
+        "pair": tt.VarLen(bytes),
+        "token": tt.FixedLenSequence((), torch.int64),
+        "word": tt.FixedLenSequence((), bytes, allow_missing=True),
+        "xy": tt.FixedLenSequence((2,), torch.float32),
+    }
+    notes = specs.sequence_spec.notes
+    assert notes["gaps"] == "no values in 1 of 3 steps" and "type unknown" in notes["none"]
+    assert "also a context feature" in notes["id"] and set(notes) == {"gaps", "none", "id"}
+    assert specs.steps["token"] == (1, 3) and specs.steps["xy"] == (0, 2) and specs.steps["word"] == (1, 1)
+    del specs.sequence_spec["id"]  # a key is a context or a sequence key, not both
+    batch = tt.decode_sequence_batch(records, **specs)[1]
+    assert batch["xy"].shape == (2, 2, 2) and batch["word"] == [[b"hi"], []]
+
+
+def test_examples_with_some_sequence_examples_are_sequence_examples() -> None:
+    # An Example reads as a SequenceExample with no feature lists: TensorFlow's parse_sequence_example
+    # reads it so, and the feature lists it lacks are proposed as optional.
+    records = [tt.encode_example({"id": 0}), _sequence({"id": 1}, {"x": [[1.0]]})]
+    specs = infer_spec_from_records(records)
+    assert isinstance(specs, InferredSequenceSpec)
+    assert specs.sequence_spec == {"x": tt.FixedLenSequence((), torch.float32, allow_missing=True)}
+    assert isinstance(infer_spec_from_records(records[:1]), InferredSpec)  # Examples alone: as ever
+
+
+def test_feature_list_type_conflict_names_key_and_record(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.tfrecord"
+    with tt.RecordWriter(path) as writer:
+        writer.write(_sequence({}, {"x": [[1]]}))
+        writer.write(_sequence({}, {"x": [[1], tt.FloatList([0.5])]}))
+    with pytest.raises(
+        tt.FeatureTypeError, match=r"feature list 'x' holds float_list in record 1 of '.*mixed"
+    ):
+        tt.infer_spec(path)

@@ -196,3 +196,24 @@ def test_sharded_writer_with_no_records_and_compression(tmp_path: Path) -> None:
     ]
     assert [r for p in writer.shard_paths for r in read_records(p)] == [b"0", b"1", b"2"]
     assert writer.records_written == 3
+
+
+def test_a_2d_tensor_is_stored_flat_and_its_shape_comes_back_from_the_spec(tmp_path: Path) -> None:
+    import torch
+
+    import torch_tfrecord as tt
+
+    matrix = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    path = tmp_path / "matrix.tfrecord"
+    with tt.ExampleWriter(str(path)) as writer:
+        writer.write({"m": matrix, "ints": matrix.long().T})
+    [payload] = list(read_records(path))
+    flat = tt.decode_example(payload, {"m": "float", "ints": "int"})
+    assert flat["m"].tolist() == matrix.reshape(-1).tolist()  # the values, row-major
+    assert flat["ints"].tolist() == matrix.long().T.reshape(-1).tolist()  # of the tensor as given
+    shaped = tt.decode_example(
+        payload, {"m": tt.FixedLen((3, 4), torch.float32), "ints": tt.FixedLen((4, 3), torch.int64)}
+    )
+    assert torch.equal(shaped["m"], matrix) and torch.equal(shaped["ints"], matrix.long().T)
+    with pytest.raises(tt.FeatureShapeError, match="'m'"):
+        tt.decode_example(payload, {"m": tt.FixedLen((5, 4), torch.float32)})

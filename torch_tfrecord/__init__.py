@@ -19,8 +19,10 @@ _EXPORTS: dict[str, str] = {
     "PADDING_KEY": "_pipeline",
     "RECORD_ID_KEY": "_pipeline",
     "BytesList": "encode",
+    "CompressedIndex": "compressed_index",
     "CompressedIndexError": "errors",
     "CorruptRecordError": "errors",
+    "DamagedRegion": "reader",
     "EpochPlan": "order",
     "ExampleDecodeError": "errors",
     "ExampleWriter": "writer",
@@ -35,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "IndexedTFRecordDataset": "dataset",
     "Int64List": "encode",
     "MissingFeatureError": "errors",
+    "MixedDataset": "mix",
     "Ragged": "ragged",
     "RawTensor": "spec",
     "ReadStats": "reader",
@@ -48,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "TFRecordError": "errors",
     "TruncatedRecordError": "errors",
     "VarLen": "spec",
+    "build_compressed_index": "inflate",
     "build_index": "index",
     "check_index": "index",
     "collate": "collate",
@@ -61,11 +65,16 @@ _EXPORTS: dict[str, str] = {
     "encode_example": "encode",
     "encode_record": "framing",
     "encode_sequence_example": "encode",
+    "from_tfds": "tfds.load",
     "infer_spec": "schema",
+    "load_compressed_index": "compressed_index",
     "load_index": "index",
     "masked_crc32c": "framing",
+    "mix": "mix",
     "read_records": "reader",
+    "save_compressed_index": "compressed_index",
     "save_index": "index",
+    "segmentation_spec": "vision",
     "split_batch": "collate",
 }
 
@@ -73,8 +82,10 @@ __all__ = [
     "PADDING_KEY",
     "RECORD_ID_KEY",
     "BytesList",
+    "CompressedIndex",
     "CompressedIndexError",
     "CorruptRecordError",
+    "DamagedRegion",
     "EpochPlan",
     "ExampleDecodeError",
     "ExampleWriter",
@@ -89,6 +100,7 @@ __all__ = [
     "IndexedTFRecordDataset",
     "Int64List",
     "MissingFeatureError",
+    "MixedDataset",
     "Ragged",
     "RawTensor",
     "ReadStats",
@@ -102,6 +114,7 @@ __all__ = [
     "TFRecordError",
     "TruncatedRecordError",
     "VarLen",
+    "build_compressed_index",
     "build_index",
     "check_index",
     "collate",
@@ -115,11 +128,16 @@ __all__ = [
     "encode_example",
     "encode_record",
     "encode_sequence_example",
+    "from_tfds",
     "infer_spec",
+    "load_compressed_index",
     "load_index",
     "masked_crc32c",
+    "mix",
     "read_records",
+    "save_compressed_index",
     "save_index",
+    "segmentation_spec",
     "split_batch",
 ]
 
@@ -127,6 +145,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
     from ._pipeline import PADDING_KEY, RECORD_ID_KEY
     from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
     from .collate import collate, split_batch
+    from .compressed_index import CompressedIndex, load_compressed_index, save_compressed_index
     from .dataset import IndexedTFRecordDataset, TFRecordDataset
     from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
     from .errors import (
@@ -147,12 +166,15 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
     )
     from .framing import encode_record, masked_crc32c
     from .index import build_index, check_index, count_records, default_index_path, load_index, save_index
+    from .inflate import build_compressed_index
+    from .mix import MixedDataset, mix
     from .order import EpochPlan
     from .ragged import Ragged
-    from .reader import ReadStats, read_records
+    from .reader import DamagedRegion, ReadStats, read_records
     from .schema import infer_spec
     from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
-    from .vision import detection_spec
+    from .tfds.load import from_tfds
+    from .vision import detection_spec, segmentation_spec
     from .writer import ExampleWriter, RecordWriter, ShardedWriter
 
 

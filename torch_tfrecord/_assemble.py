@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from .errors import FeatureError, FeatureShapeError, FeatureTypeError, MissingFeatureError
+from .errors import FeatureShapeError, FeatureTypeError, MissingFeatureError
 from .ragged import Ragged
 from .spec import FixedLen, Image, RawTensor
 
@@ -28,7 +28,6 @@ __all__ = [
     "byte_scalars",
     "cast",
     "fixed_tensor",
-    "image",
     "images",
     "ragged",
     "ragged_steps",
@@ -214,22 +213,19 @@ def stack_raw(spec: RawTensor, tensors: list[torch.Tensor]) -> Any:
     return torch.stack(tensors) if spec.is_static and tensors else tensors
 
 
-def image(column: Column, spec: Image, i: int, data: bytes) -> torch.Tensor:
-    """Record ``i``'s encoded image as a uint8 CHW tensor."""
-    from .vision import decode_image
-
-    try:
-        return decode_image(data, spec.mode)
-    except FeatureError:
-        raise
-    except Exception as error:  # a codec's own error type: say which record and key
-        detail = f" is not a decodable image ({len(data)} bytes, starting {bytes(data[:8])!r})"
-        raise column.type_error(i, f"{detail}: {error}") from error
-
-
-def images(column: Column, spec: Image, encoded: Callable[[], Sequence[bytes]]) -> list[torch.Tensor]:
-    """Each record's image; ``encoded()`` gives their bytes once an image library is known to exist."""
+def images(
+    column: Column, spec: Image, encoded: Callable[[], Sequence[bytes]]
+) -> list[torch.Tensor] | torch.Tensor:
+    """Each record's image (one ``[B, C, H, W]`` tensor when the spec has a size); ``encoded()``
+    gives their bytes once an image library is known to exist."""
+    from ._imagecodec import UndecodableImage, decode_images
     from .vision import image_backend
 
     image_backend()  # no image library: an ImportError naming the extra, not "not an image"
-    return [image(column, spec, i, data) for i, data in enumerate(encoded())]
+    data = encoded()
+    try:
+        return decode_images(data, spec)
+    except UndecodableImage as failure:  # say which record and key
+        raw = data[failure.index]
+        detail = f" is not a decodable image ({len(raw)} bytes, starting {bytes(raw[:8])!r})"
+        raise column.type_error(failure.index, f"{detail}: {failure.cause}") from failure.cause

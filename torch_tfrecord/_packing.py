@@ -1,76 +1,165 @@
-"""One memory block per batch, for batches that DataLoader workers send to the main process.
+"""How a DataLoader worker hands a batch to the main process: one block of memory per batch.
 
 A worker moves every tensor storage it sends into shared memory, one segment (and one file
-descriptor) per storage, which costs far more than the copy: ~0.4 ms per tensor on a small
-machine, against a few microseconds to copy a batch. Packing a batch's tensors as views of one
-block sends them as one storage.
+descriptor, fetched by the main process over a socket) per storage, which costs far more than
+the copy: ~0.4 ms per tensor on a small machine, against a few microseconds to copy a batch.
+So a batch's tensors are packed as views of one block: for a small batch, a block that travels
+inside the pickle through the worker's pipe (no shared memory at all, :class:`InlineBatch`);
+for a large one, one shared-memory block.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .ragged import Ragged
 
-__all__ = ["pack_tensors"]
+__all__ = ["INLINE_LIMIT", "InlineBatch", "pack_tensors"]
 
 _ALIGN = 64
+INLINE_LIMIT = 1 << 18
+"""Batches whose tensors hold at most this many bytes travel through the pipe (see bench_dataset)."""
 
 
-def _collect(value: Any, found: list[torch.Tensor]) -> None:
-    if isinstance(value, torch.Tensor):
-        found.append(value)
-    elif isinstance(value, Ragged):
-        found += [value.values, value.offsets]
-    elif isinstance(value, dict):
-        for item in value.values():
-            _collect(item, found)
-    elif isinstance(value, list | tuple):
-        for item in value:
-            _collect(item, found)
+class _Slot:
+    """A tensor's place in a packed block (as it is pickled)."""
+
+    __slots__ = ("dtype", "place", "shape")
+
+    def __init__(self, place: int, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+        self.place, self.dtype, self.shape = place, dtype, shape
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_Slot, (self.place, self.dtype, self.shape))
 
 
-def _rebuild(value: Any, views: dict[int, torch.Tensor]) -> Any:
-    if isinstance(value, torch.Tensor):
-        return views.get(id(value), value)
-    if isinstance(value, Ragged):
-        return Ragged(_rebuild(value.values, views), _rebuild(value.offsets, views))
+class _RaggedParts:
+    """A Ragged whose parts are slots (Ragged itself takes tensors only)."""
+
+    __slots__ = ("offsets", "values")
+
+    def __init__(self, values: Any, offsets: Any) -> None:
+        self.values, self.offsets = values, offsets
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_RaggedParts, (self.values, self.offsets))
+
+
+Leaf = Callable[[Any], Any]
+
+
+def _map(value: Any, leaf: Leaf, ragged: Callable[[Any, Any], Any]) -> Any:
+    """The same structure (dicts, lists, tuples, named tuples, Ragged) with each tensor or slot
+    replaced by ``leaf(it)`` and each Ragged by ``ragged(values, offsets)``."""
+    if isinstance(value, torch.Tensor | _Slot):
+        return leaf(value)
+    if isinstance(value, Ragged | _RaggedParts):
+        return ragged(_map(value.values, leaf, ragged), _map(value.offsets, leaf, ragged))
     if isinstance(value, dict):
-        return {key: _rebuild(item, views) for key, item in value.items()}
+        return {key: _map(item, leaf, ragged) for key, item in value.items()}
     if isinstance(value, list):
-        return [_rebuild(item, views) for item in value]
+        return [_map(item, leaf, ragged) for item in value]
     if isinstance(value, tuple):
-        return (
-            type(value)(*(_rebuild(item, views) for item in value))
-            if hasattr(value, "_fields")
-            else tuple(_rebuild(item, views) for item in value)
-        )
+        items = (_map(item, leaf, ragged) for item in value)
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
 
 
-def pack_tensors(batch: Any) -> Any:
-    """The same structure (dicts, lists, tuples, Ragged), its CPU tensors now views of one block."""
+def _packable(tensor: torch.Tensor) -> bool:
+    """A CPU tensor to copy into the block; one in shared memory already (images decoded
+    straight into it) is sent as it is."""
+    return (
+        tensor.device.type == "cpu"
+        and not tensor.requires_grad
+        and tensor.layout == torch.strided
+        and not tensor.is_shared()  # type: ignore[no-untyped-call]
+    )
+
+
+def _layout(batch: Any) -> tuple[list[torch.Tensor], dict[int, int], int]:
+    """The batch's packable tensors (each once), each one's place in a block, and its size."""
     found: list[torch.Tensor] = []
-    _collect(batch, found)
-    tensors = [
-        t for t in found if t.device.type == "cpu" and not t.requires_grad and t.layout == torch.strided
-    ]
-    if len(tensors) < 2:
-        return batch
-    places, total = [], 0
-    for tensor in tensors:
-        places.append(total)
-        total += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
-    # Allocated in shared memory already, so sending it to the main process copies nothing.
-    block = torch.empty(total, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
-    views: dict[int, torch.Tensor] = {}
-    for tensor, place in zip(tensors, places, strict=True):
-        if id(tensor) in views:
+    _map(batch, found.append, lambda values, offsets: None)
+    places: dict[int, int] = {}
+    tensors, total = [], 0
+    for tensor in found:
+        if id(tensor) in places or not _packable(tensor):
             continue
-        size = tensor.numel() * tensor.element_size()
-        view = block[place : place + size].view(tensor.dtype).view(tensor.shape)
+        tensors.append(tensor)
+        places[id(tensor)] = total
+        total += -(-tensor.numel() * tensor.element_size() // _ALIGN) * _ALIGN
+    return tensors, places, total
+
+
+def _views(
+    block: torch.Tensor, tensors: list[torch.Tensor], places: dict[int, int]
+) -> dict[int, torch.Tensor]:
+    """Copies of ``tensors`` as views of ``block`` at their places, by the id of the original."""
+    views = {}
+    for tensor in tensors:
+        place = places[id(tensor)]
+        view = _view(block, place, tensor.dtype, tuple(tensor.shape))
         view.copy_(tensor)
         views[id(tensor)] = view
-    return _rebuild(batch, views)
+    return views
+
+
+def _view(block: torch.Tensor, place: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    size = torch.Size(shape).numel() * dtype.itemsize
+    return block[place : place + size].view(dtype).view(shape)
+
+
+def _keep(values: Any, offsets: Any) -> Ragged:
+    return Ragged(values, offsets)
+
+
+class InlineBatch(dict):  # type: ignore[type-arg]
+    """A batch (a dict) whose tensors are pickled as one block of bytes inside the pickle.
+
+    Sent from a DataLoader worker, it reaches the main process through the worker's pipe as a
+    plain dict of tensors that are views of one bytearray: no shared-memory segment, no file
+    descriptor to fetch. It packs at pickling time, so whatever the worker put in it is sent.
+    """
+
+    def __copy__(self) -> InlineBatch:  # DataLoader's default_convert copies mappings
+        return InlineBatch(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        batch = dict(self)
+        tensors, places, total = _layout(batch)
+        if not total:
+            return (dict, (batch,))
+        payload = bytearray(total)
+        block = torch.frombuffer(payload, dtype=torch.uint8)
+        views = _views(block, tensors, places)
+        slots = {key: _Slot(places[key], view.dtype, tuple(view.shape)) for key, view in views.items()}
+        structure = _map(batch, lambda t: slots.get(id(t), t), _RaggedParts)
+        return (_unpack, (payload, structure))
+
+
+def _unpack(payload: bytearray, structure: dict[str, Any]) -> dict[str, Any]:
+    """The batch of an :class:`InlineBatch`, its tensors views of ``payload``."""
+    block = torch.frombuffer(payload, dtype=torch.uint8)
+
+    def leaf(value: Any) -> Any:
+        return _view(block, value.place, value.dtype, value.shape) if isinstance(value, _Slot) else value
+
+    return _map(structure, leaf, _keep)  # type: ignore[no-any-return]
+
+
+def pack_tensors(batch: Any) -> Any:
+    """The same structure (dicts, lists, tuples, Ragged), ready to leave a worker: a dict whose
+    tensors hold at most :data:`INLINE_LIMIT` bytes as an :class:`InlineBatch`, otherwise its
+    CPU tensors as views of one shared-memory block."""
+    tensors, places, total = _layout(batch)
+    if isinstance(batch, dict) and total <= INLINE_LIMIT:
+        return InlineBatch(batch)
+    if len(tensors) < 2:
+        return batch
+    # Allocated in shared memory already, so sending it to the main process copies nothing.
+    block = torch.empty(total, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+    views = _views(block, tensors, places)
+    return _map(batch, lambda t: views.get(id(t), t), _keep)

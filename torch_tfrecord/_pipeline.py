@@ -17,7 +17,9 @@ import torch
 
 from . import native
 from .codec import decode_batch
+from .collate import split_batch
 from .errors import ExampleDecodeError, FeatureError, TFRecordError
+from .payloads import Payload
 from .reader import OnError
 from .schema import sample_dtypes
 from .shards import RecordFiles
@@ -44,16 +46,21 @@ class BatchDecoder:
         *,
         verify_crc: bool,
         on_error: OnError,
+        payload: Payload | None = None,
     ) -> None:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"{on_error=} must be 'raise' or 'skip'")
-        if spec is not None and ({RECORD_ID_KEY, PADDING_KEY} & set(spec)):
-            raise ValueError(f"feature keys {RECORD_ID_KEY!r} and {PADDING_KEY!r} are reserved for metadata")
+        keys = set(spec or {}) | set(payload.keys() if payload is not None else ())
+        reserved = {RECORD_ID_KEY, PADDING_KEY} | (payload.reserved if payload is not None else set())
+        if keys & reserved:
+            raise ValueError(f"feature key {sorted(keys & reserved)[0]!r} is reserved for metadata")
         self.files = files
         self.spec = spec
+        # Not an Example (spec="raw", SequenceExamples): the payload decodes the records.
+        self.payload = payload
         # spec=None: the type of each key from a sample, for batches whose Features of a key
         # hold no list (so that a column keeps its type from batch to batch).
-        self.dtypes = _sample_dtypes(files) if spec is None else None
+        self.dtypes = _sample_dtypes(files) if spec is None and payload is None else None
         self.verify_crc = verify_crc
         self.on_error = on_error
         self.skipped = 0
@@ -72,7 +79,7 @@ class BatchDecoder:
         With ``on_error="skip"`` the returned ids and flags say which records stand in for
         damaged ones.
         """
-        if self.spec is not None and native.decoder() == "native":
+        if self.payload is None and self.spec is not None and native.decoder() == "native":
             decoded = self._decode_natively(ids)
             if decoded is not None:
                 return decoded, ids, padding
@@ -80,7 +87,7 @@ class BatchDecoder:
         bad = [i for i, record in enumerate(records) if record is None]
         try:
             if not bad:
-                return decode_batch(records, self.spec, dtypes=self.dtypes), ids, padding  # type: ignore[arg-type]
+                return self._columns(records), ids, padding  # type: ignore[arg-type]
         except (FeatureError, ExampleDecodeError):
             # Decode again naming each record, to raise (or skip) with a precise message.
             pass
@@ -118,12 +125,7 @@ class BatchDecoder:
             if i in bad:
                 continue
             try:
-                decode_batch(
-                    [record],  # type: ignore[list-item]
-                    self.spec,
-                    locations=[self.files.describe(int(ids[i]))],
-                    dtypes=self.dtypes,
-                )
+                self._columns([record], [self.files.describe(int(ids[i]))])  # type: ignore[list-item]
             except (FeatureError, ExampleDecodeError) as error:
                 if self.on_error == "raise":
                     raise
@@ -142,7 +144,16 @@ class BatchDecoder:
             np.isin(np.arange(len(ids)), list(bad)), np.asarray(good)[nearest], np.arange(len(ids))
         )
         ids, padding = ids[stand_in], padding[stand_in] | np.isin(np.arange(len(ids)), list(bad))
-        return decode_batch([records[i] for i in stand_in], self.spec, dtypes=self.dtypes), ids, padding  # type: ignore[misc]
+        return self._columns([records[i] for i in stand_in]), ids, padding  # type: ignore[misc]
+
+    def _columns(self, records: list[bytes], locations: list[str] | None = None) -> dict[str, Any]:
+        if self.payload is not None:
+            return self.payload.decode(records, locations)
+        return decode_batch(records, self.spec, locations=locations, dtypes=self.dtypes)
+
+    def split(self, batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
+        """The samples of a batch that :meth:`decode` returned."""
+        return split_batch(batch, size) if self.payload is None else self.payload.split(batch, size)
 
 
 def _sample_dtypes(files: RecordFiles) -> dict[str, Any]:

@@ -241,7 +241,7 @@ def _decode_raw(column: _MapColumn, spec: RawTensor, maps: Sequence[Any]) -> Any
     return stack_raw(spec, tensors)
 
 
-def _decode_image(column: _MapColumn, spec: Image, maps: Sequence[Any]) -> list[torch.Tensor]:
+def _decode_image(column: _MapColumn, spec: Image, maps: Sequence[Any]) -> list[torch.Tensor] | torch.Tensor:
     return images(column, spec, lambda: _single_values(column, maps, "exactly one encoded image"))
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import BinaryIO
 
 from . import _extension
+from ._resync import ChainCount, DamagedRegion, header_candidates, is_record_at
 from .errors import CorruptRecordError, TFRecordError, TruncatedRecordError
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, MASK_DELTA, crc32c
 
@@ -103,12 +104,21 @@ def bad_length(span: Span, buffer: bytes, position: int, offset: int, ordinal: i
     )
 
 
-def scan(stream: BinaryIO, span: Span, verify_crc: bool) -> Iterator[bytes]:
+def scan(
+    stream: BinaryIO,
+    span: Span,
+    verify_crc: bool,
+    on_damage: Callable[[DamagedRegion], None] | None = None,
+) -> Iterator[bytes]:
     """Yields the payloads of consecutive records read from ``stream``, positioned at ``span.start``.
 
     With the compiled extension, the whole, intact records of each buffer are framed and checked
     in one native call; the record it stops at (one that spans the buffer's end, or is damaged)
     takes the Python path below, which reads it or raises the error that says where.
+
+    With ``on_damage``, damage is not raised: the read searches forward for the next intact
+    record (:mod:`torch_tfrecord._resync`), resumes there, and hands ``on_damage`` the region
+    it stepped over, before yielding the next record.
     """
     extension = _extension.for_reading()
     frame = None if extension is None else extension.frame
@@ -130,6 +140,7 @@ def scan(stream: BinaryIO, span: Span, verify_crc: bool) -> Iterator[bytes]:
                 ordinal += len(payloads)
                 yield from payloads
         available = len(buffer) - position
+        error: TFRecordError | None = None
         if available < HEADER_SIZE:
             if end is not None and base + position >= end:
                 return
@@ -141,48 +152,130 @@ def scan(stream: BinaryIO, span: Span, verify_crc: bool) -> Iterator[bytes]:
             if available == 0:
                 return
             offset = base + position
-            raise TruncatedRecordError(
+            error = TruncatedRecordError(
                 f"file ends inside a record header in {span.where(offset, ordinal)}: "
                 f"{available} of {HEADER_SIZE} header bytes present",
                 path=span.path,
                 offset=offset,
                 record=span.record_number(ordinal),
             )
-        offset = base + position
-        if end is not None and offset >= end:
-            return
-        length, length_crc = unpack_header(buffer, position)
-        frame_end = position + length + FRAME_OVERHEAD
-        if frame_end > len(buffer):
-            if limit is not None and offset + length + FRAME_OVERHEAD > limit:
-                raise bad_length(span, buffer, position, offset, ordinal)
-            if verify_crc:
-                check_length_crc(span, buffer, position, offset, ordinal)
-            needed = length + FRAME_OVERHEAD
-            while len(buffer) - position < needed and not eof:
-                buffer, base, position, eof = _refill(stream, span, buffer, base, position, needed, ordinal)
-            if len(buffer) - position < needed:
-                limit = base + len(buffer)
-                span = dataclasses.replace(span, limit=limit)
-                raise bad_length(span, buffer, position, offset, ordinal)
-            frame_end = position + needed
-        elif verify_crc and masked(crc32c(buffer[position : position + 8])) != length_crc:
-            check_length_crc(span, buffer, position, offset, ordinal)
-        payload = buffer[position + HEADER_SIZE : frame_end - 4]
-        if verify_crc:
-            (stored,) = unpack_footer(buffer, frame_end - 4)
-            computed = masked(crc32c(payload))
-            if computed != stored:
-                raise CorruptRecordError(
-                    f"data CRC mismatch in {span.where(offset, ordinal)}: stored 0x{stored:08x}, "
-                    f"computed 0x{computed:08x}",
-                    path=span.path,
-                    offset=offset,
-                    record=span.record_number(ordinal),
-                )
-        yield payload
-        position = frame_end
-        ordinal += 1
+        else:
+            offset = base + position
+            if end is not None and offset >= end:
+                return
+            length, length_crc = unpack_header(buffer, position)
+            frame_end = position + length + FRAME_OVERHEAD
+            if frame_end > len(buffer):
+                if limit is not None and offset + length + FRAME_OVERHEAD > limit:
+                    error = bad_length(span, buffer, position, offset, ordinal)
+                elif verify_crc or on_damage is not None:
+                    error = length_crc_error(span, buffer, position, offset, ordinal)
+                if error is None:
+                    needed = length + FRAME_OVERHEAD
+                    while len(buffer) - position < needed and not eof:
+                        buffer, base, position, eof = _refill(
+                            stream, span, buffer, base, position, needed, ordinal
+                        )
+                    if len(buffer) - position < needed:
+                        limit = base + len(buffer)
+                        span = dataclasses.replace(span, limit=limit)
+                        error = bad_length(span, buffer, position, offset, ordinal)
+                    frame_end = position + needed
+            elif verify_crc and masked(crc32c(buffer[position : position + 8])) != length_crc:
+                error = length_crc_error(span, buffer, position, offset, ordinal)
+            if error is None:
+                payload = buffer[position + HEADER_SIZE : frame_end - 4]
+                if verify_crc:
+                    (stored,) = unpack_footer(buffer, frame_end - 4)
+                    computed = masked(crc32c(payload))
+                    if computed != stored:
+                        error = CorruptRecordError(
+                            f"data CRC mismatch in {span.where(offset, ordinal)}: stored 0x{stored:08x}, "
+                            f"computed 0x{computed:08x}",
+                            path=span.path,
+                            offset=offset,
+                            record=span.record_number(ordinal),
+                        )
+                if error is None:
+                    yield payload
+                    position = frame_end
+                    ordinal += 1
+                    continue
+        if on_damage is None:
+            raise error
+        buffer, base, position, eof, region = _resync(
+            stream, span, buffer, base, position, eof, ordinal, error
+        )
+        if region.records is None:
+            # Records after a loss of unknown size are numbered from where the read resumed.
+            span = dataclasses.replace(span, start=region.end, first_record=None)
+            ordinal = 0
+        else:
+            ordinal += region.records
+        on_damage(region)
+
+
+def _resync(
+    stream: BinaryIO,
+    span: Span,
+    buffer: bytes,
+    base: int,
+    position: int,
+    eof: bool,
+    ordinal: int,
+    error: TFRecordError,
+) -> tuple[bytes, int, int, bool, DamagedRegion]:
+    """Searches from the damaged record at ``position`` for the next intact one.
+
+    Returns the buffer state to resume from (``position`` at the intact record, or at the end of
+    the stream or span when none follows) and the damaged region stepped over.
+    """
+    start = base + position
+    chain = ChainCount(start)
+    search = position + 1  # buffer index of the next candidate position
+    found: int | None = None
+    while True:
+        # Candidates need a whole header in the buffer, and must begin inside the span.
+        stop = len(buffer) - HEADER_SIZE + 1
+        if span.end is not None:
+            stop = min(stop, span.end - base)
+        needed = HEADER_SIZE
+        for candidate in header_candidates(buffer, search, stop, base, span.limit).tolist():
+            framed = HEADER.unpack_from(buffer, candidate)[0] + FRAME_OVERHEAD
+            if candidate + framed > len(buffer):
+                if eof:
+                    continue  # the stream ends inside it: not a record
+                search, needed = candidate, framed
+                break
+            if is_record_at(buffer, candidate):
+                found = candidate
+                break
+        else:
+            search = max(search, stop)
+        searched = needed == HEADER_SIZE and (eof or (span.end is not None and base + search >= span.end))
+        if found is not None or searched:
+            resume = base + (found if found is not None else max(search, len(buffer)))
+            if found is None and span.end is not None:
+                resume = min(resume, max(span.end, start))
+            chain.advance(buffer, base, resume)
+            records = chain.records_to(resume) if found is not None else None
+            region = DamagedRegion(
+                span.path,
+                start,
+                resume,
+                records,
+                span.first_record + ordinal if span.first_record is not None else None,
+                str(error),
+            )
+            return buffer, base, resume - base, eof or found is None, region
+        chain.advance(buffer, base, base + search)
+        base += search
+        kept = buffer[search:]
+        want = max(CHUNK, min(needed, _MAX_STEP) - len(kept))
+        if span.limit is not None:
+            want = min(want, span.limit - base - len(kept))
+        chunk = read_stream(stream, span, base + len(kept), want, ordinal) if want > 0 else b""
+        buffer, search, eof = kept + chunk, 0, not chunk
 
 
 def _refill(

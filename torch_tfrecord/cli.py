@@ -2,6 +2,7 @@
 
 torch-tfrecord head data/train-00000-of-00008.tfrecord -n 3 [--json]
 torch-tfrecord schema 'data/train-*.tfrecord'
+torch-tfrecord schema ~/tensorflow_datasets/mnist/3.0.1
 torch-tfrecord count data/train-*.tfrecord
 torch-tfrecord verify data/
 torch-tfrecord preview data/train-00000-of-00008.tfrecord --out grid.png
@@ -21,20 +22,46 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._cli import add_command, add_debug_option, add_storage_options, plural, storage_options
+from ._proposal import Survey, survey_paths
 from .errors import TFRecordError
-from .index import build_index, count_records, default_index_path, load_index
+from .index import count_records, default_index_path, load_index
 from .inspect import format_json, format_text, show_key
 from .io import exists, expand_sources, resolve_compression
 from .reader import ReadStats, read_records
+from .tfds.info import is_tfds_dir, read_info
 
 __all__ = ["main"]
+
+
+def _expand(paths: Sequence[str], options: dict[str, Any] | None) -> tuple[list[str], dict[str, int]]:
+    """The data files of ``paths``; a TFDS version directory stands for its shards, split by
+    split, and the records ``dataset_info.json`` says each holds are returned beside them."""
+    files: list[str] = []
+    expected: dict[str, int] = {}
+    for path in paths:
+        if not is_tfds_dir(path, options):
+            files.extend(expand_sources(path, options))
+            continue
+        info = read_info(path, options)
+        for name, split in info.splits.items():
+            shards = info.shard_paths(name)
+            files.extend(shards)
+            expected.update(zip(shards, split.shard_lengths, strict=True))
+    return files, expected
+
+
+def _disagreement(path: str, records: int, expected: dict[str, int]) -> str | None:
+    if path in expected and records != expected[path]:
+        return f"holds {records:,} records, but dataset_info.json says {expected[path]:,}"
+    return None
 
 
 def _cmd_count(args: argparse.Namespace) -> int:
     total = 0
     failed = 0
     options = storage_options(args)
-    for path in expand_sources(args.paths, options):
+    files, expected = _expand(args.paths, options)
+    for path in files:
         try:
             records = count_records(path, storage_options=options)
         except TFRecordError as error:
@@ -42,61 +69,69 @@ def _cmd_count(args: argparse.Namespace) -> int:
             failed += 1
             continue
         total += records
+        problem = _disagreement(path, records, expected)
+        if problem:
+            print(f"{'ERROR':>12}  {path}: {problem}")
+            failed += 1
+            continue
         print(f"{records:>12,}  {path}")
     print(f"{total:>12,}  total")
     return 1 if failed else 0
 
 
-def _verify_one(path: str, options: dict[str, Any] | None) -> list[str]:
-    """Checks every record's CRCs and the index, if any: each problem found (none: the file is good).
+def _verify_one(path: str, options: dict[str, Any] | None, expected: dict[str, int]) -> tuple[list[str], str]:
+    """Checks every record's CRCs and the index, if any (and the record count a TFDS
+    ``dataset_info.json`` gives): each problem found (none: the file is good), and a line that
+    sums up the damage (empty when there is none).
 
-    One pass when the file is good. When it is not and the framing is intact (the record
-    headers can be walked), every damaged record is reported with its offset; otherwise the
-    first break in the framing is.
+    One pass: past damage, the read resumes at the next intact record, so every damaged region
+    is listed with its byte offsets (and the records lost, where the headers say).
     """
     compression = resolve_compression("auto", path, options)
     stats = ReadStats()
+    records = 0
     for _ in read_records(
         path, compression=compression, on_error="skip", stats=stats, storage_options=options
     ):
-        pass
-    if stats.errors and compression is None:
-        # A sequential read stops at the first damage. Where the record headers still chain,
-        # a second pass reads every record by its offset, to list each damaged one.
-        try:
-            table = build_index(path, storage_options=options)
-        except TFRecordError:
-            pass  # the framing itself breaks there: the first error is all there is to say
-        else:
-            stats = ReadStats()
-            for _ in read_records(path, entries=table, on_error="skip", stats=stats, storage_options=options):
-                pass
-    problems = list(stats.errors)
+        records += 1
+    disagreement = None if stats.errors else _disagreement(path, records, expected)
+    problems = list(stats.errors) + ([disagreement] if disagreement else [])
+    summary = ""
+    if stats.damaged:
+        lost = sum(region.records or 0 for region in stats.damaged)
+        unknown = any(region.records is None for region in stats.damaged)
+        summary = (
+            f"{plural(len(stats.damaged), 'damaged region')}: {plural(stats.bytes_skipped, 'byte')} "
+            f"and {'at least ' if unknown else ''}{plural(lost, 'record')} lost, "
+            f"{plural(stats.records, 'intact record')} read"
+        )
     index_path = default_index_path(path)
     if compression is None and exists(index_path, options):
         try:
             load_index(index_path, data_path=path, storage_options=options)
         except TFRecordError as error:
             problems.append(f"{type(error).__name__}: {error}")
-    return problems
+    return problems, summary
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     logging.getLogger("torch_tfrecord.reader").setLevel(logging.ERROR)  # each problem is listed below
     start = time.perf_counter()
     options = storage_options(args)
-    paths = expand_sources(args.paths, options)
+    paths, expected = _expand(args.paths, options)
     failed = 0
     for path in paths:
         try:
-            problems = _verify_one(path, options)
+            problems, summary = _verify_one(path, options, expected)
         except TFRecordError as error:
-            problems = [f"{type(error).__name__}: {error}"]
+            problems, summary = [f"{type(error).__name__}: {error}"], ""
         if problems:
             failed += 1
             print(f"BAD  {path}: {plural(len(problems), 'problem')}")
             for problem in problems:
                 print(f"       {problem}")
+            if summary:
+                print(f"       {summary}")
         elif not args.quiet:
             print(f"OK   {path}")
     seconds = time.perf_counter() - start
@@ -117,38 +152,103 @@ def _cmd_head(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_schema(args: argparse.Namespace) -> int:
-    from .schema import infer_spec  # imports torch: only this command pays for it
+def _cmd_tfds_schema(path: str, options: dict[str, Any] | None) -> int:
+    from .tfds.features import FeatureDecoder  # imports torch
+    from .tfds.load import load_features
 
-    schema_logger = logging.getLogger("torch_tfrecord.schema")
-    level = schema_logger.level
-    schema_logger.setLevel(logging.ERROR)  # its warnings are printed below, on stdout
-    try:
-        spec = infer_spec(args.paths, max_records=args.records, storage_options=storage_options(args))
-    finally:
-        schema_logger.setLevel(level)
-    for warning in spec.warnings:
-        print(f"warning: {warning}\n")
-    header = ("feature", "spec", "detail", "note")
-    rows = [
-        (show_key(key), type(value).__name__, _spec_detail(value), spec.notes.get(key, ""))
-        for key, value in spec.items()
-    ]
+    info = read_info(path, options)
+    print(f"{info.name} {info.version}: {info.path}")
+    for name, split in info.splits.items():
+        shards = plural(len(split.shard_lengths), "shard")
+        print(f"  split {name}: {plural(split.num_examples, 'record')} in {shards}")
+    features = load_features(info, options)
+    print()
+    _print_table(("feature", "connector", "spec"), FeatureDecoder(features, batched=False).rows())
+    print("\n# read it with:\nimport torch_tfrecord as tt\n")
+    print(f"ds = tt.from_tfds({info.path!r}, split='train')")
+    return 0
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
     widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(header)]
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip())
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip())
-    if spec.warnings:
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    # The proposals are found and printed as code without torch: the command starts fast.
+    options = storage_options(args)
+    if len(args.paths) == 1 and is_tfds_dir(args.paths[0], options):
+        return _cmd_tfds_schema(args.paths[0], options)
+    schema_logger = logging.getLogger("torch_tfrecord.schema")
+    level = schema_logger.level
+    schema_logger.setLevel(logging.ERROR)  # its warnings are printed below, on stdout
+    try:
+        survey = survey_paths(args.paths, max_records=args.records, storage_options=options)
+    finally:
+        schema_logger.setLevel(level)
+    for warning in survey.warnings:
+        print(f"warning: {warning}\n")
+    if survey.feature_lists is not None:
+        _print_sequence_schema(survey, args.paths)
+        return 0
+    header = ("feature", "spec", "detail", "note")
+    rows = [
+        (show_key(key), proposal.kind, proposal.arguments(), proposal.note)
+        for key, proposal in survey.proposals.items()
+    ]
+    _print_table(header, rows)
+    if survey.warnings:
         print("\n(no spec to paste: these records do not look like Examples)")
         return 0
-    print("\n# paste into your code:\nimport torch\nimport torch_tfrecord as tt\n\nspec = " + repr(spec))
+    print("\n# paste into your code:\nimport torch\nimport torch_tfrecord as tt\n\nspec = " + survey.code())
     return 0
 
 
-def _spec_detail(spec: Any) -> str:
-    """The arguments of the spec as its ``repr`` writes them (``shape=(), dtype=bytes``)."""
-    text = repr(spec)
-    return text[text.index("(") + 1 : -1]
+def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
+    lists = survey.feature_lists or {}
+    print(
+        f"SequenceExamples ({plural(survey.records, 'record')} read): "
+        f"{plural(len(survey.proposals), 'context feature')}, {plural(len(lists), 'feature list')}\n"
+    )
+    context_rows = [
+        (show_key(key), proposal.kind, proposal.arguments(), proposal.note)
+        for key, proposal in survey.proposals.items()
+    ]
+    if context_rows:
+        _print_table(("context feature", "spec", "detail", "note"), context_rows)
+        print()
+    steps = {key: f"{low}-{high}" if low != high else str(low) for key, (low, high) in survey.steps.items()}
+    list_rows = [
+        (show_key(key), steps[key], proposal.kind, proposal.arguments(), proposal.note)
+        for key, proposal in lists.items()
+    ]
+    _print_table(("feature list", "steps", "spec", "detail", "note"), list_rows)
+    if survey.warnings:
+        print("\n(no spec to paste: these records do not look like SequenceExamples)")
+        return
+    source = paths[0] if len(paths) == 1 else list(paths)
+    print(
+        "\n# paste into your code:\nimport torch\nimport torch_tfrecord as tt\n\n"
+        f"context_spec = {survey.code()}\nsequence_spec = {survey.sequence_code()}\n\n"
+        "# with batch_size=, each FixedLenSequence is padded to the longest in the batch;\n"
+        "# '_lengths' holds each feature list's steps\n"
+        f"ds = tt.TFRecordDataset({source!r}, context_spec=context_spec, sequence_spec=sequence_spec)"
+    )
+
+
+def _class_names(path: str) -> dict[int, str] | None:
+    """The names of the label map the converters write beside their shards, if ``path`` has one
+    (read without the converters, which import torch)."""
+    from .label_map import LabelMap
+
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    candidate = os.path.join(folder, "label_map.pbtxt")
+    if not os.path.isfile(candidate):
+        return None
+    with open(candidate, encoding="utf-8-sig") as f:
+        return dict(LabelMap.decode(f.read(), source=candidate).names)
 
 
 def _cmd_preview(args: argparse.Namespace) -> int:
@@ -165,7 +265,7 @@ def _cmd_preview(args: argparse.Namespace) -> int:
                 break
         if len(records) >= args.n:
             break
-    sheet = render_grid(records, locations=locations, cell=args.cell)
+    sheet = render_grid(records, locations=locations, cell=args.cell, class_names=_class_names(args.path))
     sheet.save(args.out)
     print(f"{args.out}: {plural(len(records), 'record')}, {sheet.width}x{sheet.height} pixels")
     return 0
@@ -217,6 +317,7 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             label_map=args.label_map,
             drop_empty=args.drop_empty,
             segmentation=args.segmentation,
+            masks=args.masks,
             reencode=args.reencode,
             **write,
         )
@@ -227,6 +328,16 @@ def _cmd_convert(args: argparse.Namespace) -> int:
             args.images,
             label_map=args.label_map,
             drop_empty=args.drop_empty,
+            reencode=args.reencode,
+            **write,
+        )
+    elif args.format == "voc-segmentation":
+        result = convert.convert_voc_segmentation(
+            args.voc,
+            args.out,
+            image_set=args.image_set,
+            objects=args.objects,
+            label_map=args.label_map,
             reencode=args.reencode,
             **write,
         )
@@ -304,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     head = add_command(
         commands,
         "head",
-        "print the first records, feature by feature",
+        "print the first records, feature by feature (a SequenceExample's feature lists step by step)",
         "torch-tfrecord head train.tfrecord -n 2 --json",
     )
     head.add_argument("path", help="a file, glob, directory or URL")
@@ -315,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     schema = add_command(
         commands,
         "schema",
-        "propose a feature spec from the records, as a table and as Python",
+        "propose a feature spec from the records, as a table and as Python (SequenceExamples: the context "
+        "and sequence specs; a TFDS directory: its features)",
         "torch-tfrecord schema 'data/train-*.tfrecord'",
     )
     schema.add_argument("paths", nargs="+", help="files, globs, directories or URLs")
@@ -380,6 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
     coco.add_argument("images", help="the folder its file_name entries are relative to")
     coco.add_argument("--drop-empty", action="store_true", help="leave out images without annotations")
     coco.add_argument("--segmentation", action="store_true", help="also store the polygons")
+    coco.add_argument(
+        "--masks",
+        action="store_true",
+        help="also store each object's instance mask as a PNG (image/object/mask; needs pycocotools)",
+    )
     voc = add_command(
         formats,
         "voc",
@@ -389,6 +506,19 @@ def build_parser() -> argparse.ArgumentParser:
     voc.add_argument("voc", help="a VOC root (Annotations/, JPEGImages/) or a folder of XML files")
     voc.add_argument("images", nargs="?", help="the images (default: VOC/JPEGImages)")
     voc.add_argument("--drop-empty", action="store_true", help="leave out images without objects")
+    segmentation = add_command(
+        formats,
+        "voc-segmentation",
+        "Pascal VOC segmentation masks (SegmentationClass/ palette PNGs) with their images",
+        "torch-tfrecord convert voc-segmentation VOCdevkit/VOC2012 --image-set train --out out/",
+    )
+    segmentation.add_argument("voc", help="a VOC root (JPEGImages/, SegmentationClass/)")
+    segmentation.add_argument(
+        "--image-set", help="convert the ids of ImageSets/Segmentation/NAME.txt (default: every mask)"
+    )
+    segmentation.add_argument(
+        "--objects", action="store_true", help="also store the instance masks of SegmentationObject/"
+    )
     table = add_command(
         formats,
         "csv",
@@ -400,12 +530,14 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument(
         "--delimiter", default=",", help="the character between fields, e.g. ';' or $'\\t' (default: ,)"
     )
-    for command in (folder, coco, voc):
+    for command in (folder, coco, voc, segmentation):
         _add_image_options(command)
-    for command in (folder, coco, voc, table):
+    for command in (folder, coco, voc, segmentation, table):
         _add_write_options(command, images=command is not table)
         command.set_defaults(run=_cmd_convert)
-    add_debug_option(parser, head, schema, count, verify, preview, convert, folder, coco, voc, table)
+    add_debug_option(
+        parser, head, schema, count, verify, preview, convert, folder, coco, voc, segmentation, table
+    )
     return parser
 
 

@@ -39,7 +39,7 @@ def collate(samples: Sequence[Any]) -> Any:
         [[1, 2], [3]]
     """
     batch = _collate(samples)
-    # In a DataLoader worker: one shared-memory block for the batch instead of one per tensor.
+    # In a DataLoader worker: the batch leaves as one block (see _packing), not one segment per tensor.
     return pack_tensors(batch) if get_worker_info() is not None else batch
 
 

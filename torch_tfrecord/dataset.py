@@ -10,26 +10,29 @@ import dataclasses
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
+from ._guards import EpochGuard, check_loader
+from ._imagecodec import seeded as image_seeds
 from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
-from ._resume import Resume, decode_state, encode_state, merge_loader_state
+from ._resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from ._workers import end_with_parent
 from .codec import SpecArg
-from .collate import split_batch
 from .io import PathLike, StorageOptions
-from .order import EpochPlan, Progress, Shuffle, WorkerSlice, merge_progress, mix_seed
+from .order import EpochPlan, Shuffle, WorkerSlice, block_size, mix_seed
+from .payloads import payload_for
 from .reader import OnError
 from .shards import IndexArg, RecordFiles
 from .spec import normalize_spec
 
-__all__ = ["IndexedTFRecordDataset", "TFRecordDataset", "resolve_world"]
+__all__ = ["IndexedTFRecordDataset", "SharedEpoch", "TFRecordDataset", "resolve_world"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +48,35 @@ def resolve_world(rank: int | None = None, world_size: int | None = None) -> tup
     return (found_rank if rank is None else rank), (found_size if world_size is None else world_size)
 
 
-class _SharedEpoch:
+def _decoder(
+    files: RecordFiles,
+    spec: SpecArg | str,
+    context_spec: SpecArg,
+    sequence_spec: SpecArg,
+    verify_crc: bool,
+    on_error: OnError,
+) -> BatchDecoder:
+    payload = payload_for(spec, context_spec, sequence_spec)
+    examples = None if payload is not None else normalize_spec(spec)  # type: ignore[arg-type]
+    return BatchDecoder(files, examples, verify_crc=verify_crc, on_error=on_error, payload=payload)
+
+
+def _record_files(
+    sources: PathLike | Sequence[PathLike] | RecordFiles,
+    index: IndexArg,
+    storage_options: StorageOptions,
+    on_error: OnError = "raise",
+) -> RecordFiles:
+    """The files of ``sources``; a :class:`RecordFiles` made beforehand (e.g. a selection of
+    records, as :func:`torch_tfrecord.tfds.from_tfds` makes) is used as it is."""
+    if isinstance(sources, RecordFiles):
+        if index is not None or storage_options is not None:
+            raise ValueError("index= and storage_options= belong to the RecordFiles passed as sources")
+        return sources
+    return RecordFiles.from_sources(sources, index, storage_options, on_error)
+
+
+class SharedEpoch:
     """The epoch, in shared memory: set in the main process, read by (persistent) workers."""
 
     def __init__(self) -> None:
@@ -58,16 +89,6 @@ class _SharedEpoch:
         if epoch < 0:
             raise ValueError(f"{epoch=} must be >= 0")
         self.value[0] = epoch
-
-
-@dataclasses.dataclass
-class _Live:
-    """Where this process's current iterator is."""
-
-    epoch: int
-    progress: Progress
-    workers: WorkerSlice
-    yielded: int
 
 
 class TFRecordDataset(IterableDataset[dict[str, Any]]):
@@ -83,14 +104,31 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     Args:
         sources: files, globs, directories or URLs such as ``"s3://bucket/train-*.tfrecord"``
-            (sorted, so every rank sees the same list).
-        spec: feature specs (see :func:`decode_batch`); None decodes every feature as VarLen.
+            (sorted, so every rank sees the same list), or a
+            :class:`~torch_tfrecord.shards.RecordFiles` (e.g. a selection of records).
+        spec: feature specs (see :func:`decode_batch`); None decodes every feature as VarLen;
+            ``"raw"`` decodes nothing: each sample is ``{"record": bytes, ...}`` (a batch
+            ``{"record": [bytes, ...], ...}``) for a ``transform`` that parses its own format.
+        context_spec, sequence_spec: instead of ``spec``, for ``tf.train.SequenceExample``
+            records: the specs of the context features and of the feature lists (FixedLenSequence
+            or VarLen). A batch pads the feature lists like TensorFlow's
+            ``tf.io.parse_sequence_example`` and holds their step counts in ``"_lengths"``
+            (see :class:`torch_tfrecord.payloads.SequencePayload`).
         index: where the indexes are: None (``<path>.idx`` when it exists, which must be fresh,
             else the file is scanned once in memory), a pattern like ``"/idx/{name}.idx"``, a
             mapping or a function; see :data:`torch_tfrecord.shards.IndexArg`.
         shuffle: ``"global"`` (a permutation of all records), ``"shards"`` (shard order
-            shuffled, records in file order: for slow storage) or False.
+            shuffled, records in file order: for slow storage), ``"block:K"`` (shard order
+            shuffled, records permuted within each window of K consecutive records: random
+            order at the cost of sequential reads, for compressed and remote shards) or False.
+            GZIP / ZLIB shards are read through their seek points: with False, ``"shards"`` and
+            ``"block:K"`` each window is inflated once; ``"global"`` inflates up to a seek
+            point's spacing per record, which is slow.
         seed: seed of the shuffle and of the transforms' random numbers.
+        samples_per_epoch: samples per epoch over all ranks, None for one pass over the records.
+            A shorter epoch goes on through the pass where the previous epoch stopped (every
+            record is read before any is repeated), a longer one starts the next pass (another
+            permutation); split over the ranks like a pass (``drop_last``).
         batch_size: yield decoded batches of this size (use ``DataLoader(batch_size=None)``);
             the fast path. None yields samples (use ``collate_fn=tt.collate``).
         drop_last: True drops fewer than one global batch (other records each epoch when
@@ -115,14 +153,17 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     def __init__(
         self,
-        sources: PathLike | Sequence[PathLike],
+        sources: PathLike | Sequence[PathLike] | RecordFiles,
         *,
-        spec: SpecArg = None,
+        spec: SpecArg | Literal["raw"] = None,
+        context_spec: SpecArg = None,
+        sequence_spec: SpecArg = None,
         index: IndexArg = None,
         shuffle: Shuffle = "global",
         seed: int = 0,
         batch_size: int | None = None,
         drop_last: bool = True,
+        samples_per_epoch: int | None = None,
         transform: Callable[..., Any] | None = None,
         rank: int | None = None,
         world_size: int | None = None,
@@ -130,7 +171,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         verify_crc: bool = True,
         storage_options: StorageOptions = None,
     ) -> None:
-        self.files = RecordFiles.from_sources(sources, index, storage_options)
+        self.files = _record_files(sources, index, storage_options, on_error)
         found_rank, found_size = resolve_world(rank, world_size)
         self.plan = EpochPlan(
             self.files.shard_sizes,
@@ -140,23 +181,26 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             drop_last=drop_last,
             shuffle=shuffle,
             seed=seed,
+            samples_per_epoch=samples_per_epoch,
         )
-        self._decoder = BatchDecoder(
-            self.files, normalize_spec(spec), verify_crc=verify_crc, on_error=on_error
-        )
+        window = block_size(shuffle)
+        if window is not None:
+            self.files.hold_window(window)
+        self._decoder = _decoder(self.files, spec, context_spec, sequence_spec, verify_crc, on_error)
         self._transform = None if transform is None else SeededTransform(transform)
-        self._epoch = _SharedEpoch()
+        self._epoch = SharedEpoch()
+        self._epoch_guard = EpochGuard(shuffle is not False)
         self._resume: Resume | None = None
-        self._live: _Live | None = None
+        self._live: Live | None = None
         if self.plan.dropped:
             logger.info(
-                "drop_last: %d of %d records left out of each epoch", self.plan.dropped, self.plan.num_records
+                "drop_last: %d of %d samples left out of each epoch", self.plan.dropped, self.plan.epoch_size
             )
         if self.plan.units_per_rank == 0 and self.plan.num_records:
             logger.warning(
-                "%d records are fewer than one global batch (%d ranks x %d): every epoch is empty "
-                "with drop_last=True",
-                self.plan.num_records,
+                "%d samples per epoch are fewer than one global batch (%d ranks x %d): every epoch "
+                "is empty with drop_last=True",
+                self.plan.epoch_size,
                 self.plan.world_size,
                 self.plan.unit,
             )
@@ -180,65 +224,85 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             self._resume = None
 
     def __len__(self) -> int:
-        """Batches (batch mode) or samples this rank gets per epoch."""
-        return self.plan.units_per_rank
+        """Batches (batch mode) or samples this rank gets per epoch (in the current one, if resumed)."""
+        return self._plan_for(self._epoch.get()).units_per_rank
+
+    def _plan_for(self, epoch: int) -> EpochPlan:
+        """The plan of ``epoch``: narrowed to what was left of it when a global state was loaded."""
+        resume = self._resume
+        if resume is not None and resume.epoch == epoch and resume.rest is not None:
+            return dataclasses.replace(self.plan, rest=resume.rest)
+        return self.plan
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         end_with_parent()  # now, as the worker creates its fetcher: not at its first batch request
+        check_loader(self.plan.batch_size is not None, self._decoder.spec)
         return self._iterate()
 
     def _iterate(self) -> Iterator[dict[str, Any]]:
         epoch = self._epoch.get()
         info = get_worker_info()
-        chunk = 1 if self.plan.batch_size else _SAMPLE_CHUNK
+        plan = self._plan_for(epoch)
+        chunk = 1 if plan.batch_size else _SAMPLE_CHUNK
         workers = WorkerSlice(info.num_workers, info.id, chunk) if info else WorkerSlice(1, 0, chunk)
-        progress, skip = Progress(), 0
-        if self._resume is not None and self._resume.epoch == epoch:
-            progress = self._resume.progress
-            if self._resume.workers is not None:
-                if self._resume.workers != workers:
-                    raise ValueError(
-                        f"this state was saved by DataLoader worker {self._resume.workers.worker_id} of "
-                        f"{self._resume.workers.num_workers}, but is loaded into worker {workers.worker_id} "
-                        f"of {workers.num_workers}"
-                    )
-                skip = self._resume.yielded
-        live = self._live = _Live(epoch, progress, workers, skip)
-        remaining = progress.remaining(self.plan.units_per_rank)
-        batch_size = self.plan.batch_size
+        self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
+        progress, skip = resume_point(self._resume, epoch, workers)
+        live = self._live = Live(epoch, progress, workers, skip)
+        remaining = progress.remaining(plan.units_per_rank)
+        batch_size = plan.batch_size
         # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
         for block in workers.items(remaining, skip, block=16 if batch_size else chunk):
             units = progress.units(block)
             if batch_size:
-                ids, padding = self.plan.records(self.plan.unit_positions(units), epoch)
+                ids, padding = plan.records(plan.unit_positions(units), epoch)
                 for first in range(0, len(ids), batch_size):
                     batch = self._load(
                         ids[first : first + batch_size], padding[first : first + batch_size], epoch
                     )
-                    if info is not None:  # one shared-memory block per batch sent to the main process
+                    if info is not None:  # sent to the main process as one block (see _packing)
                         batch = pack_tensors(batch)
                     live.yielded += 1  # counted before the yield: a state taken now includes it
                     yield batch
             else:
-                for sample in self._samples(units, epoch):
+                for sample in self._samples(*plan.records(units, epoch), epoch):
                     live.yielded += 1
                     yield sample
+        self._epoch_guard.finished(epoch)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
 
+    def read_batch(self, ids: npt.ArrayLike, padding: npt.ArrayLike, epoch: int) -> dict[str, Any]:
+        """The records ``ids`` as one batch, decoded and transformed as this dataset does in batch mode.
+
+        Args:
+            ids: record ids (places in the concatenated shards).
+            padding: the batch's ``"_padding"`` flags.
+            epoch: the epoch of the transform's random numbers (seeded from seed, epoch, ids[0]).
+        """
+        return self._load(np.asarray(ids, dtype=np.int64), np.asarray(padding, dtype=bool), epoch)
+
+    def read_samples(
+        self, ids: npt.ArrayLike, padding: npt.ArrayLike, epoch: int
+    ) -> Iterator[dict[str, Any]]:
+        """The records ``ids`` as samples, decoded and transformed as this dataset does in sample mode."""
+        return self._samples(np.asarray(ids, dtype=np.int64), np.asarray(padding, dtype=bool), epoch)
+
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
-        batch, ids, padding = self._decoder.decode(ids, padding)
+        with image_seeds(mix_seed(self.plan.seed, epoch), ids.tolist()):
+            batch, ids, padding = self._decoder.decode(ids, padding)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)
         if self._transform is not None:
             batch = self._transform(batch, mix_seed(self.plan.seed, epoch, int(ids[0])))
         return batch
 
-    def _samples(self, rank_positions: np.ndarray[Any, Any], epoch: int) -> Iterator[dict[str, Any]]:
-        ids, padding = self.plan.records(rank_positions, epoch)
-        batch, ids, padding = self._decoder.decode(ids, padding)
+    def _samples(
+        self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int
+    ) -> Iterator[dict[str, Any]]:
+        with image_seeds(mix_seed(self.plan.seed, epoch), ids.tolist()):
+            batch, ids, padding = self._decoder.decode(ids, padding)
         for sample, record_id, pad in zip(
-            split_batch(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
+            self._decoder.split(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
         ):
             sample[RECORD_ID_KEY] = record_id
             sample[PADDING_KEY] = pad
@@ -246,7 +310,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                 sample = self._transform(sample, mix_seed(self.plan.seed, epoch, record_id))
             yield sample
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
+    def state_dict(self, consumed: int | None = None, *, gather: bool = False) -> dict[str, Any]:
         """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.
 
         Args:
@@ -255,6 +319,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                 epoch's iteration began (after any loaded place). Exact in batch mode with any
                 number of workers, and in sample mode with at most one worker; with more, use
                 torchdata's StatefulDataLoader.
+            gather: all ranks call it together (a collective over the default process group)
+                and each gets the same *global* state: what is left of the epoch, which resumes
+                on any number of ranks (save it once, from rank 0).
 
         Without ``consumed``: in the main process after iterating in it (``num_workers=0``), the
         rank's exact place; inside a DataLoader worker (as torchdata's StatefulDataLoader calls
@@ -262,51 +329,42 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         dataset too, to resume with another number of workers.
         """
         epoch = self._epoch.get()
-        live = self._live
-        resume = self._resume if self._resume is not None and self._resume.epoch == epoch else None
-        workers: WorkerSlice | None = None
-        yielded = 0
-        if consumed is not None:
-            if get_worker_info() is not None:
-                raise ValueError("consumed= is for the main process; a worker knows its own place")
-            if resume is not None and resume.workers is not None:
-                raise ValueError("consumed= cannot extend one worker's state")
-            progress = resume.progress if resume is not None else Progress()
-            remaining = progress.remaining(self.plan.units_per_rank)
-            if not 0 <= consumed <= remaining:
-                raise ValueError(f"{consumed=} must be in [0, {remaining}]: the units left in epoch {epoch}")
-            progress = merge_progress(progress, self.plan.units_per_rank, WorkerSlice(1, 0, 1), [consumed])
-        elif live is not None and live.epoch == epoch:
-            progress, workers, yielded = live.progress, live.workers, live.yielded
-        elif resume is not None:
-            progress, workers, yielded = resume.progress, resume.workers, resume.yielded
-        else:
-            progress = Progress()
-        if workers is not None and get_worker_info() is None:
-            progress = merge_progress(progress, self.plan.units_per_rank, workers, [yielded])
-            workers = None
-        return encode_state(self._identity(), epoch, progress, workers, yielded)
+        in_worker = get_worker_info() is not None
+        state = rank_state(
+            self._plan_for(epoch), self._identity(), epoch, self._live, self._resume, consumed, in_worker
+        )
+        if not gather:
+            return state
+        if in_worker or not (dist.is_available() and dist.is_initialized()):
+            raise ValueError("gather=True needs an initialized process group, in the main process")
+        states: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(states, state)
+        return combine_states(states, self.plan)
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resumes from :meth:`state_dict`, or from a torchdata StatefulDataLoader's ``state_dict()``.
+    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
+        """Resumes from :meth:`state_dict`, from a torchdata StatefulDataLoader's ``state_dict()``,
+        or from the states of all ranks of a job.
 
         Call it before iterating (before the DataLoader starts its workers). The epoch is set
         to the state's; :meth:`set_epoch` with the same epoch keeps the place, another epoch
         starts that epoch from the beginning.
 
+        A rank's own state resumes that rank with the same world size. To resume on another
+        number of ranks, give every new rank the states of *all* old ranks (a list of their
+        ``state_dict()`` or StatefulDataLoader states, in any order) or the global state of
+        ``state_dict(gather=True)``: the rest of the epoch is split afresh over the new ranks,
+        each the same number of batches (with ``drop_last=True`` fewer than one new global
+        batch is left out of it; with False the last batches are padded), each record of the
+        rest read exactly once; later epochs are the new world's normal epochs.
+
         Raises:
             ValueError: the state is from another dataset (files, record count), seed, shuffle,
-                batch size, drop_last or world size / rank, or is not a state of this class.
+                samples_per_epoch, batch size, drop_last or world size / rank, or is not a
+                state of this class.
         """
-        if "dataset_state" in state or "_snapshot" in state:
-            state = merge_loader_state(state, self.plan.units_per_rank)
-        resume = decode_state(state, self._identity())
-        if resume.workers is not None and get_worker_info() is None:
-            raise ValueError(
-                "this is the state of one DataLoader worker; load the whole loader state "
-                "(StatefulDataLoader.state_dict()) to resume in another process"
-            )
-        if get_worker_info() is None:
+        in_worker = get_worker_info() is not None
+        resume = load_state(state, self.plan, self._identity(), in_worker)
+        if not in_worker:
             self._epoch.set(resume.epoch)
         self._resume = resume
         self._live = None
@@ -321,6 +379,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             "rank": plan.rank,
             "batch_size": plan.batch_size,
             "drop_last": plan.drop_last,
+            "samples_per_epoch": plan.samples_per_epoch,
             "fingerprint": self.files.fingerprint,
         }
 
@@ -338,9 +397,12 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
     Use it with any Sampler (DistributedSampler, random_split, Subset). ``DataLoader`` fetches
     whole batches through :meth:`__getitems__`, which reads and decodes them in one call.
     Files open lazily in the process that reads; pickling never carries an open file.
+    GZIP / ZLIB shards are read through their seek points: fast for indices in order (a
+    SequentialSampler), slow for random ones (each may inflate up to a seek point's spacing).
 
     Args:
-        sources, spec, index, verify_crc, storage_options: as for :class:`TFRecordDataset`.
+        sources, spec, context_spec, sequence_spec, index, verify_crc, storage_options: as for
+            :class:`TFRecordDataset`.
         transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
         seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
 
@@ -352,22 +414,22 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
 
     def __init__(
         self,
-        sources: PathLike | Sequence[PathLike],
+        sources: PathLike | Sequence[PathLike] | RecordFiles,
         *,
-        spec: SpecArg = None,
+        spec: SpecArg | Literal["raw"] = None,
+        context_spec: SpecArg = None,
+        sequence_spec: SpecArg = None,
         index: IndexArg = None,
         transform: Callable[..., Any] | None = None,
         seed: int = 0,
         verify_crc: bool = True,
         storage_options: StorageOptions = None,
     ) -> None:
-        self.files = RecordFiles.from_sources(sources, index, storage_options)
+        self.files = _record_files(sources, index, storage_options)
         self.seed = seed
-        self._decoder = BatchDecoder(
-            self.files, normalize_spec(spec), verify_crc=verify_crc, on_error="raise"
-        )
+        self._decoder = _decoder(self.files, spec, context_spec, sequence_spec, verify_crc, "raise")
         self._transform = None if transform is None else SeededTransform(transform)
-        self._epoch = _SharedEpoch()
+        self._epoch = SharedEpoch()
 
     def set_epoch(self, epoch: int) -> None:
         """Changes the transforms' random numbers per epoch; reaches persistent workers."""
@@ -387,10 +449,11 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
             bad = next(int(i) for i in ids if not -n <= i < n)
             raise IndexError(f"index {bad} out of range for a dataset of {n} records")
         ids %= max(n, 1)
-        batch, _, _ = self._decoder.decode(ids, np.zeros(len(ids), dtype=bool))
-        samples = split_batch(batch, len(ids))
+        epoch = self._epoch.get()
+        with image_seeds(mix_seed(self.seed, epoch), ids.tolist()):
+            batch, _, _ = self._decoder.decode(ids, np.zeros(len(ids), dtype=bool))
+        samples = self._decoder.split(batch, len(ids))
         if self._transform is not None:
-            epoch = self._epoch.get()
             samples = [
                 self._transform(sample, mix_seed(self.seed, epoch, record_id))
                 for sample, record_id in zip(samples, ids.tolist(), strict=True)

@@ -155,7 +155,9 @@ def encode_example(features: Mapping[str, Any]) -> bytes:
     Args:
         features: key -> int / float / bool / str / bytes, a list of one kind of those, a numpy
             array, a tensor, or an explicit :class:`Int64List` / :class:`FloatList` /
-            :class:`BytesList`.
+            :class:`BytesList`. An array or tensor of two or more dimensions is stored
+            flattened in row-major order, its shape not stored (a Feature is a flat list):
+            give the shape back in the spec, e.g. ``FixedLen((2, 3), torch.float32)``.
 
     Returns:
         The serialized Example.

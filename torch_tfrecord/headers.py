@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import BinaryIO
 
 import numpy as np
 import numpy.typing as npt
 
+from ._resync import DamagedRegion
 from ._scan import CHUNK, HEADER, Span, bad_length, masked, scan
 from .errors import CompressedIndexError, CorruptRecordError, TruncatedRecordError
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, crc32c
 from .io import PathLike, StorageOptions, file_size, open_records_stream, resolve_compression
 
-__all__ = ["read_framed_sizes"]
+__all__ = ["read_framed_sizes", "read_intact_entries"]
 
 
 def read_framed_sizes(
@@ -45,9 +46,9 @@ def read_framed_sizes(
     compression = resolve_compression("auto", path, storage_options)
     if compression is not None:
         raise CompressedIndexError(
-            f"cannot index {name!r}: it is {compression.upper()}-compressed, and byte offsets in a "
-            "compressed stream cannot be seeked to. Read it sequentially (no index needed), or "
-            "rewrite it uncompressed (torch_tfrecord.RecordWriter) to index and shuffle it"
+            f"cannot offset-index {name!r}: it is {compression.upper()}-compressed, and byte offsets "
+            "in a compressed stream cannot be seeked to. Give it a compressed index instead "
+            "(tt.build_compressed_index, or `tfrecord-index build`, which writes <file>.cidx)"
         )
     size = file_size(path, storage_options)
     if verify_crc:
@@ -58,6 +59,35 @@ def read_framed_sizes(
         return np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
     with open_records_stream(path, None, storage_options) as stream:
         return _walk_headers(stream, name, size)
+
+
+def read_intact_entries(
+    path: PathLike, on_damage: Callable[[DamagedRegion], None], storage_options: StorageOptions = None
+) -> npt.NDArray[np.int64]:
+    """The ``(offset, framed_size)`` of every intact record of a damaged, uncompressed file.
+
+    Reads every payload and checks both CRCs; damage is stepped over (see
+    :mod:`torch_tfrecord._resync`) and each region handed to ``on_damage``.
+    """
+    name = str(path)
+    compression = resolve_compression("auto", path, storage_options)
+    if compression is not None:
+        read_framed_sizes(path, storage_options=storage_options)  # raises the error that says why
+    rows = array("q")
+    next_offset = 0
+
+    def resume_after(region: DamagedRegion) -> None:
+        nonlocal next_offset
+        next_offset = region.end
+        on_damage(region)
+
+    span = Span(name, 0, None, file_size(path, storage_options), first_record=0)
+    with open_records_stream(path, None, storage_options) as stream:
+        for payload in scan(stream, span, True, resume_after):
+            framed = len(payload) + FRAME_OVERHEAD
+            rows.extend((next_offset, framed))
+            next_offset += framed
+    return np.frombuffer(rows, dtype=np.int64).reshape(-1, 2) if rows else np.zeros((0, 2), np.int64)
 
 
 def _damage_before(

@@ -16,9 +16,10 @@ import numpy.typing as npt
 
 from . import remote
 from ._atomic import atomic_write
-from .errors import IndexFormatError, StaleIndexError
-from .framing import FRAME_OVERHEAD
-from .headers import read_framed_sizes
+from ._resync import is_record_at
+from .errors import CorruptRecordError, IndexFormatError, StaleIndexError
+from .framing import FRAME_OVERHEAD, HEADER_SIZE, decode_header, header_is_valid
+from .headers import read_framed_sizes, read_intact_entries
 from .io import (
     PathLike,
     StorageOptions,
@@ -27,21 +28,25 @@ from .io import (
     is_url,
     local_path,
     open_binary,
+    open_records_stream,
     resolve_compression,
 )
-from .reader import read_records
+from .reader import OnError, ReadStats, read_records, record_skipped_region
 
 __all__ = [
     "INDEX_SUFFIX",
     "build_index",
     "check_index",
+    "check_table",
     "count_records",
     "decode_index",
     "default_index_path",
     "encode_index",
     "index_from_sizes",
     "load_index",
+    "read_index_bytes",
     "save_index",
+    "write_index_bytes",
 ]
 
 INDEX_SUFFIX = ".idx"
@@ -56,13 +61,23 @@ def default_index_path(path: PathLike) -> str:
 
 
 def build_index(
-    path: PathLike, *, verify_crc: bool = False, storage_options: StorageOptions = None
+    path: PathLike,
+    *,
+    verify_crc: bool = False,
+    on_error: OnError = "raise",
+    stats: ReadStats | None = None,
+    storage_options: StorageOptions = None,
 ) -> npt.NDArray[np.int64]:
     """Scans an uncompressed TFRecord file: the ``(offset, framed_size)`` of every record.
 
     Args:
         path: the data file.
         verify_crc: also read and check every payload (otherwise only headers are read).
+        on_error: ``"raise"`` (default), or ``"skip"``: index every intact record of a damaged
+            file, leaving out the damaged regions (logged, and listed in ``stats.damaged``).
+            The search for intact records past damage reads and checks every payload.
+            Load such an index with ``load_index(..., allow_damaged_gaps=True)``.
+        stats: with ``on_error="skip"``, filled in with the damaged regions left out.
         storage_options: for the fsspec file system when ``path`` is a URL.
 
     Returns:
@@ -70,13 +85,23 @@ def build_index(
 
     Raises:
         CompressedIndexError: the file is compressed (offsets into it cannot be seeked to).
-        CorruptRecordError, TruncatedRecordError: the file is damaged.
+        CorruptRecordError, TruncatedRecordError: the file is damaged (``on_error="raise"``).
 
     Example:
         >>> table = build_index("train-00000-of-00008.tfrecord")  # doctest: +SKIP
         >>> save_index(table, default_index_path("train-00000-of-00008.tfrecord"))  # doctest: +SKIP
     """
-    return index_from_sizes(read_framed_sizes(path, verify_crc=verify_crc, storage_options=storage_options))
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"{on_error=} must be 'raise' or 'skip'")
+    if on_error == "skip" and verify_crc:
+        return read_intact_entries(path, lambda region: record_skipped_region(stats, region), storage_options)
+    try:
+        sizes = read_framed_sizes(path, verify_crc=verify_crc, storage_options=storage_options)
+    except CorruptRecordError:
+        if on_error == "raise":
+            raise
+        return read_intact_entries(path, lambda region: record_skipped_region(stats, region), storage_options)
+    return index_from_sizes(sizes)
 
 
 def index_from_sizes(framed_sizes: npt.ArrayLike) -> npt.NDArray[np.int64]:
@@ -138,7 +163,12 @@ def save_index(table: npt.ArrayLike, index_path: PathLike, storage_options: Stor
         index_path: where to write it.
         storage_options: for the fsspec file system when ``index_path`` is a URL.
     """
-    data = encode_index(table)
+    write_index_bytes(encode_index(table), index_path, storage_options)
+
+
+def write_index_bytes(data: bytes, index_path: PathLike, storage_options: StorageOptions = None) -> None:
+    """Writes an index file's bytes atomically: a temporary file renamed into place, or one
+    request for a URL (object stores make it visible whole or not at all)."""
     if is_url(os.fspath(index_path)):
         remote.write_bytes(os.fspath(index_path), data, storage_options)
         return
@@ -146,8 +176,21 @@ def save_index(table: npt.ArrayLike, index_path: PathLike, storage_options: Stor
         f.write(data)
 
 
+def read_index_bytes(index_path: PathLike, storage_options: StorageOptions = None) -> bytes:
+    """The bytes of an index file (a path or URL)."""
+    name = os.fspath(index_path)
+    if is_url(name):
+        return remote.read_bytes(name, storage_options)
+    with open_binary(name) as f:
+        return f.read()
+
+
 def load_index(
-    index_path: PathLike, *, data_path: PathLike | None = None, storage_options: StorageOptions = None
+    index_path: PathLike,
+    *,
+    data_path: PathLike | None = None,
+    allow_damaged_gaps: bool = False,
+    storage_options: StorageOptions = None,
 ) -> npt.NDArray[np.int64]:
     """Reads an index file into an int64 array of shape ``(n, 2)``.
 
@@ -155,6 +198,7 @@ def load_index(
         index_path: the index file.
         data_path: the data file it describes; when given, the index is checked against it
             with :func:`check_index`.
+        allow_damaged_gaps: accept an index built with ``on_error="skip"`` (see :func:`check_index`).
         storage_options: for the fsspec file system of URLs.
 
     Returns:
@@ -164,15 +208,15 @@ def load_index(
         IndexFormatError: a line is not two non-negative integers.
         StaleIndexError: with ``data_path``, the index does not describe that file.
     """
-    name = os.fspath(index_path)
-    if is_url(name):
-        data = remote.read_bytes(name, storage_options)
-    else:
-        with open_binary(name) as f:
-            data = f.read()
-    table = decode_index(data, index_path)
+    table = decode_index(read_index_bytes(index_path, storage_options), index_path)
     if data_path is not None:
-        check_index(table, data_path, index_path, storage_options=storage_options)
+        check_index(
+            table,
+            data_path,
+            index_path,
+            allow_damaged_gaps=allow_damaged_gaps,
+            storage_options=storage_options,
+        )
     return table
 
 
@@ -221,14 +265,21 @@ def check_index(
     data_path: PathLike,
     index_path: PathLike,
     *,
+    allow_damaged_gaps: bool = False,
     storage_options: StorageOptions = None,
 ) -> None:
     """Checks that an index describes its data file, record after record.
 
     The records must start at byte 0, follow one another with no gap or overlap, each be at
-    least 16 bytes, and end exactly at the end of the file.
+    least 16 bytes, and end exactly at the end of the file: checked against the file size
+    alone.
 
     Args:
+        allow_damaged_gaps: accept an index of a damaged file built with ``on_error="skip"``,
+            which leaves the damaged regions out: bytes before its first record, between two
+            or after its last are accepted when they do not begin with an intact record (an
+            index missing a record, of a file appended to or rewritten, is still stale).
+            Only those gaps are read.
         storage_options: for the fsspec file system when ``data_path`` is a URL.
 
     Raises:
@@ -236,13 +287,35 @@ def check_index(
     """
     size = file_size(data_path, storage_options)
     where = f"index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
+    starts, ends = check_table(table, size, where, allow_damaged_gaps=allow_damaged_gaps)
+    if len(starts):
+        _check_gaps(where, data_path, starts, ends, size, storage_options)
+
+
+def check_table(
+    table: npt.NDArray[np.int64], size: int, where: str, *, allow_damaged_gaps: bool = False
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Checks that ``(offset, framed_size)`` rows describe a record stream of ``size`` bytes:
+    from byte 0, back to back, each at least 16 bytes, ending at ``size`` (pure; see
+    :func:`check_index`).
+
+    Returns:
+        With ``allow_damaged_gaps``, the byte ranges ``(starts, ends)`` that lie outside every
+        entry (for the caller to check that no intact record begins there); else empty.
+
+    Raises:
+        StaleIndexError: ``where`` and the first entry that does not fit.
+    """
+    none = np.zeros(0, np.int64)
     n = len(table)
     if n == 0:
+        if size and allow_damaged_gaps:
+            return np.zeros(1, np.int64), np.full(1, size, np.int64)
         if size:
             raise StaleIndexError(f"{where}: the index is empty but the file has {size} bytes")
-        return
+        return none, none
     offsets, sizes = table[:, 0], table[:, 1]
-    if offsets[0] != 0:
+    if offsets[0] != 0 and not allow_damaged_gaps:
         raise StaleIndexError(f"{where}: the first record is at byte {offsets[0]}, not 0")
     small = np.flatnonzero(sizes < FRAME_OVERHEAD)
     if len(small):
@@ -250,23 +323,58 @@ def check_index(
         raise StaleIndexError(
             f"{where}: entry {i} has framed size {sizes[i]}, below the minimum {FRAME_OVERHEAD}"
         )
-    bad = np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1])
+    ends = offsets + sizes
+    bad = np.flatnonzero(offsets[1:] < ends[:-1] if allow_damaged_gaps else offsets[1:] != ends[:-1])
     if len(bad):
         i = int(bad[0])
-        expected = int(offsets[i] + sizes[i])
-        kind = "overlaps" if offsets[i + 1] < expected else "leaves a gap after"
+        kind = "overlaps" if offsets[i + 1] < ends[i] else "leaves a gap after"
         raise StaleIndexError(
             f"{where}: entry {i + 1} (byte {offsets[i + 1]}) {kind} entry {i} "
-            f"(bytes {offsets[i]}..{expected})"
+            f"(bytes {offsets[i]}..{int(ends[i])})"
         )
-    end = int(offsets[-1] + sizes[-1])
-    if end != size:
+    end = int(ends[-1])
+    if end > size or (end < size and not allow_damaged_gaps):
         change = "grew" if size > end else "shrank"
         raise StaleIndexError(
             f"{where}: the index ends at byte {end} but the file has {size} bytes "
-            f"(the file {change} since the index was built; rebuild it with "
-            f"`tfrecord-index build --force`)"
+            f"(the file {change} since the index was built; rebuild it with `tfrecord-index build`)"
         )
+    if not allow_damaged_gaps:
+        return none, none
+    gap_starts = np.concatenate([[0], ends]).astype(np.int64)
+    gap_ends = np.concatenate([offsets, [size]]).astype(np.int64)
+    gaps = np.flatnonzero(gap_ends > gap_starts)
+    return gap_starts[gaps], gap_ends[gaps]
+
+
+def _check_gaps(
+    where: str,
+    data_path: PathLike,
+    starts: npt.NDArray[np.int64],
+    ends: npt.NDArray[np.int64],
+    size: int,
+    storage_options: StorageOptions,
+) -> None:
+    """Raises StaleIndexError for the first gap that begins with a header that checks out."""
+    with open_records_stream(os.fspath(data_path), None, storage_options) as stream:  # type: ignore[arg-type]
+        for start, gap_end in zip(starts.tolist(), ends.tolist()):
+            stream.seek(start)
+            head = stream.read(HEADER_SIZE)
+            if not header_is_valid(head) or start + decode_header(head)[0] + FRAME_OVERHEAD > gap_end:
+                continue  # damage left out by `build --on-error skip`
+            framed = head + stream.read(decode_header(head)[0] + FRAME_OVERHEAD - HEADER_SIZE)
+            if not is_record_at(framed, 0):
+                continue  # a record whose payload is damaged
+            if gap_end == size:
+                raise StaleIndexError(
+                    f"{where}: the index ends at byte {start} but the file has {size} bytes and a "
+                    f"record begins there (the file grew since the index was built; rebuild it with "
+                    f"`tfrecord-index build`)"
+                )
+            raise StaleIndexError(
+                f"{where}: a record at byte {start} (bytes {start}..{gap_end} lie between entries) "
+                f"is not in the index (rebuild it with `tfrecord-index build`)"
+            )
 
 
 def count_records(

@@ -13,13 +13,23 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from .proto import Example
+from ._cli import plural
+from .proto import Example, SequenceExample
 
-__all__ = ["describe_record", "doubt_keys", "format_json", "format_text", "show_key"]
+__all__ = [
+    "as_sequence_example",
+    "describe_feature_lists",
+    "describe_record",
+    "doubt_keys",
+    "format_json",
+    "format_text",
+    "show_key",
+]
 
 _KINDS = {"bytes_list": "bytes", "float_list": "float", "int64_list": "int64"}
 _SHOWN_VALUES = 8
 _SHOWN_BYTES = 24
+_SHOWN_STEPS = 4
 
 
 def describe_record(payload: bytes) -> dict[str, tuple[str, list[Any]]] | None:
@@ -37,6 +47,51 @@ def describe_record(payload: bytes) -> dict[str, tuple[str, list[Any]]] | None:
         else:
             features[key] = (_KINDS[which], list(getattr(feature, which).value))
     return features
+
+
+def as_sequence_example(payload: bytes) -> Any | None:
+    """The record as a ``tf.train.SequenceExample``, or None if it is not one.
+
+    A SequenceExample's context is field 1, as an Example's features are: an Example reads as a
+    SequenceExample with no feature lists, and a SequenceExample as an Example with an unknown
+    field 2. A record is taken as a SequenceExample when it sets ``feature_lists`` (field 2), with
+    feature list names that people could have written (see :func:`doubt_keys`: TF-Ranking's
+    ExampleListWithContext also has a field 2, which reads as feature lists named with serialized
+    Features).
+    """
+    try:
+        message = SequenceExample.FromString(payload)
+    except DecodeError:
+        return None
+    if not message.HasField("feature_lists") or doubt_keys(list(message.feature_lists.feature_list)):
+        return None
+    return message
+
+
+def describe_feature_lists(payload: bytes) -> dict[str, tuple[str, list[list[Any]]]] | None:
+    """``{key: (kind, steps)}`` of a SequenceExample's feature lists (keys sorted), each step a
+    list of values; None if the record is not a SequenceExample (:func:`as_sequence_example`).
+
+    The kind is that of the steps that set a list (``"empty"`` when none does; the kinds joined
+    by ``/`` when steps disagree, which TensorFlow refuses to parse).
+    """
+    message = as_sequence_example(payload)
+    if message is None:
+        return None
+    lists: dict[str, tuple[str, list[list[Any]]]] = {}
+    for key in sorted(message.feature_lists.feature_list):
+        kinds: list[str] = []
+        steps: list[list[Any]] = []
+        for feature in message.feature_lists.feature_list[key].feature:
+            which = feature.WhichOneof("kind")
+            if which is None:
+                steps.append([])
+                continue
+            if _KINDS[which] not in kinds:
+                kinds.append(_KINDS[which])
+            steps.append(list(getattr(feature, which).value))
+        lists[key] = ("/".join(kinds) or "empty", steps)
+    return lists
 
 
 def show_key(key: str) -> str:
@@ -74,7 +129,7 @@ def _show_bytes(value: bytes) -> str:
         return repr(text)
     prefix = value[:_SHOWN_BYTES].hex()
     more = "..." if len(value) > _SHOWN_BYTES else ""
-    return f"<{len(value):,} bytes {prefix}{more}>"
+    return f"<{plural(len(value), 'byte')} {prefix}{more}>"
 
 
 def _show_values(kind: str, values: Sequence[Any]) -> str:
@@ -90,27 +145,79 @@ def _show_values(kind: str, values: Sequence[Any]) -> str:
     return " ".join(parts)
 
 
+def _show_steps(kind: str, steps: Sequence[Sequence[Any]]) -> str:
+    shown = [f"[{_show_values(kind, step)}]" for step in steps[:_SHOWN_STEPS]]
+    if len(steps) > _SHOWN_STEPS:
+        shown.append(f"... ({plural(len(steps) - _SHOWN_STEPS, 'more step')})")
+    return " ".join(shown)
+
+
+def _feature_lines(features: dict[str, tuple[str, list[Any]]], indent: str) -> list[str]:
+    names = {key: show_key(key) for key in features}
+    width = max(len(name) for name in names.values())
+    return [
+        f"{indent}{names[key]:<{width}}  {kind}[{len(values)}]  {_show_values(kind, values)}"
+        for key, (kind, values) in features.items()
+    ]
+
+
+def _sequence_text(head: str, context: dict[str, tuple[str, list[Any]]], payload: bytes) -> str:
+    lists = describe_feature_lists(payload) or {}
+    lines = [f"{head}, a SequenceExample"]
+    doubt = doubt_keys(list(context))
+    if doubt:
+        lines.append(f"  warning: {doubt}")
+    lines.append(f"  context: {plural(len(context), 'feature')}")
+    if context:
+        lines += _feature_lines(context, "    ")
+    lines.append(f"  feature lists: {plural(len(lists), 'list')}")
+    if lists:
+        names = {key: show_key(key) for key in lists}
+        width = max(len(name) for name in names.values())
+        kinds = {
+            key: f"{kind}, {plural(len(steps), 'step')}" if steps else "0 steps"
+            for key, (kind, steps) in lists.items()
+        }
+        kind_width = max(len(text) for text in kinds.values())
+        for key, (kind, steps) in lists.items():
+            shown = _show_steps(kind, steps)
+            lines.append(f"    {names[key]:<{width}}  {kinds[key]:<{kind_width}}  {shown}".rstrip())
+    return "\n".join(lines)
+
+
 def format_text(number: int, payload: bytes, location: str = "") -> str:
-    """A record as indented lines: one per feature, with kind, count and the first values."""
-    head = f"record {number}{f' ({location})' if location else ''}: {len(payload):,} bytes"
+    """A record as indented lines: one per feature, with kind, count and the first values.
+
+    A SequenceExample shows its context features so, then each feature list with its kind, its
+    number of steps and the first steps' values.
+    """
+    head = f"record {number}{f' ({location})' if location else ''}: {plural(len(payload), 'byte')}"
     features = describe_record(payload)
     if features is None:
         return f"{head}, not an Example: {_show_bytes(payload)}"
+    if as_sequence_example(payload) is not None:
+        return _sequence_text(head, features, payload)
     if not features:
         return f"{head}, an Example with no features"
-    names = {key: show_key(key) for key in features}
-    width = max(len(name) for name in names.values())
     lines = [head]
     doubt = doubt_keys(list(features))
     if doubt:
         lines.append(f"  warning: {doubt}")
-    for key, (kind, values) in features.items():
-        lines.append(f"  {names[key]:<{width}}  {kind}[{len(values)}]  {_show_values(kind, values)}")
+    lines += _feature_lines(features, "  ")
     return "\n".join(lines)
 
 
+def _json_values(kind: str, values: Sequence[Any]) -> list[Any]:
+    return [base64.b64encode(v).decode() for v in values] if kind == "bytes" else list(values)
+
+
 def format_json(number: int, payload: bytes, location: str = "") -> str:
-    """A record as one JSON line; bytes as base64, floats and ints as numbers."""
+    """A record as one JSON line; bytes as base64, floats and ints as numbers.
+
+    An Example's features are under ``"features"``; a SequenceExample's context features under
+    ``"context"`` and its feature lists under ``"feature_lists"``:
+    ``{key: {"type": kind, "steps": [[values], ...]}}``.
+    """
     features = describe_record(payload)
     line: dict[str, Any] = {"record": number, "bytes": len(payload)}
     if location:
@@ -121,11 +228,17 @@ def format_json(number: int, payload: bytes, location: str = "") -> str:
         doubt = doubt_keys(list(features))
         if doubt:
             line["warning"] = doubt
-        line["features"] = {
-            key: {
-                "type": kind,
-                "values": [base64.b64encode(v).decode() for v in values] if kind == "bytes" else values,
-            }
+        described = {
+            key: {"type": kind, "values": _json_values(kind, values)}
             for key, (kind, values) in features.items()
         }
+        lists = describe_feature_lists(payload)
+        if lists is None:
+            line["features"] = described
+        else:
+            line["context"] = described
+            line["feature_lists"] = {
+                key: {"type": kind, "steps": [_json_values(kind, step) for step in steps]}
+                for key, (kind, steps) in lists.items()
+            }
     return json.dumps(line, allow_nan=True)

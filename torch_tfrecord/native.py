@@ -58,6 +58,8 @@ _REASONS = {
     7: "a CRC does not match",
 }
 _warned = False
+# FixedLen numbers that need no cast: the column's values are the tensor (fixed_tensor's result).
+_NATURAL = {torch.int64: np.int64, torch.float32: np.float32}
 
 
 class Rejected(Exception):
@@ -186,6 +188,10 @@ class _Assembler:
 
     def feature(self, key: str, spec: FeatureSpec, column: tuple[bytes, Any, Any, Any]) -> Any:
         status, rows_buffer, values, _ = column
+        if type(spec) is FixedLen and spec.dtype in _NATURAL:
+            # The column's own type and exact size (the extension checked): the tensor is its memory.
+            flat = np.frombuffer(values, dtype=_NATURAL[spec.dtype])
+            return torch.from_numpy(flat).view(self.n, *spec.shape)
         where = Column(key, spec, self.locations)
         if isinstance(spec, Image):
             return images(where, spec, lambda: [bytes(data) for data in self.singles(values)])
@@ -327,3 +333,22 @@ def read_into(
     neighbouring regions, without the GIL); returns how many regions arrived whole."""
     assert _native is not None
     return int(_native.read_into(fd, offsets, sizes, out, start))
+
+
+def gather(
+    ids: npt.NDArray[np.int64],
+    shard_starts: npt.NDArray[np.int64],
+    tables: list[npt.NDArray[np.int64]],
+    fds: npt.NDArray[np.int64],
+    file_sizes: npt.NDArray[np.int64],
+    out: Any,
+    starts_out: npt.NDArray[np.int64],
+    sizes_out: npt.NDArray[np.int64],
+    gap: int,
+) -> tuple[int, int]:
+    """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
+    _native.c): ``(0, bytes used)``, ``(1, shard to open first)``, ``(2, bytes out must hold)``,
+    ``(3, 0)`` for a record past its file's end or a failed read, ``(4, 0)`` for an id out of range.
+    Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between."""
+    assert _native is not None
+    return _native.gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out, gap)  # type: ignore[no-any-return]

@@ -21,14 +21,19 @@ import numpy.typing as npt
 __all__ = [
     "EpochPlan",
     "Progress",
+    "Ranges",
     "Shuffle",
     "WorkerSlice",
+    "block_size",
+    "check_ranges",
     "merge_progress",
     "mix_seed",
     "permute",
+    "rest_of_epoch",
 ]
 
-Shuffle = Literal["global", "shards", False]
+Shuffle = Literal["global", "shards", False] | str
+"""``"global"``, ``"shards"``, ``False``, or ``"block:K"`` (see :func:`block_size`)."""
 Int64Array = npt.NDArray[np.int64]
 
 _M64 = (1 << 64) - 1
@@ -59,15 +64,69 @@ def _mix_array(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
     return x ^ (x >> np.uint64(31))
 
 
-def _feistel(values: npt.NDArray[np.uint64], half_bits: int, keys: Sequence[int]) -> npt.NDArray[np.uint64]:
-    """A balanced Feistel network: a bijection of ``[0, 4**half_bits)``."""
+def _feistel(
+    values: npt.NDArray[np.uint64], half_bits: int, keys: Sequence[int | npt.NDArray[np.uint64]]
+) -> npt.NDArray[np.uint64]:
+    """A balanced Feistel network: a bijection of ``[0, 4**half_bits)`` for each key (a key
+    may be an array: one key per value)."""
     shift = np.uint64(half_bits)
     mask = np.uint64((1 << half_bits) - 1)
     left = values >> shift
     right = values & mask
     for key in keys:
-        left, right = right, left ^ (_mix_array(right ^ np.uint64(key)) & mask)
+        left, right = right, left ^ (_mix_array(right ^ np.asarray(key, dtype=np.uint64)) & mask)
     return (left << shift) | right
+
+
+def block_size(shuffle: Shuffle) -> int | None:
+    """K of a ``"block:K"`` shuffle; None for the other shuffles.
+
+    A block shuffle shuffles the shard order, then permutes the records within each window of
+    K consecutive places of that order: reads stay sequential within a window (compressed and
+    remote shards), and a record moves at most K - 1 places.
+
+    Raises:
+        ValueError: ``shuffle`` is no shuffle, or K is not a positive integer.
+    """
+    if shuffle in ("global", "shards", False):
+        return None
+    if isinstance(shuffle, str) and shuffle.startswith("block:"):
+        text = shuffle[len("block:") :]
+        if text.isdigit() and int(text) >= 1:
+            return int(text)
+    raise ValueError(f"shuffle={shuffle!r} must be 'global', 'shards', 'block:K' (K >= 1 records) or False")
+
+
+def _permute_windows(positions: Int64Array, n: int, window: int, seed: int, epoch: int) -> Int64Array:
+    """Where a block shuffle sends each position: a permutation of each window
+    ``[w * window, (w + 1) * window) ∩ [0, n)``, keyed by (seed, epoch, w)."""
+    windows = positions // window
+    within = (positions - windows * window).astype(np.uint64)
+    result = np.empty_like(positions)
+    last = (n - 1) // window
+    partial = n - last * window  # size of the last window
+    full = windows < last if partial < window else np.ones(len(positions), dtype=bool)
+    if full.any() and window > 1:
+        half_bits = max(1, ((window - 1).bit_length() + 1) // 2)
+        window_keys = windows[full].astype(np.uint64)
+        keys = [
+            _mix_array(window_keys ^ np.uint64(mix_seed(seed, epoch, round_))) for round_ in range(_ROUNDS)
+        ]
+        values = _feistel(within[full], half_bits, keys)
+        outside = np.flatnonzero(values >= np.uint64(window))
+        while outside.size:  # cycle walking, each value with its own window's keys
+            walked = _feistel(values[outside], half_bits, [key[outside] for key in keys])
+            values[outside] = walked
+            outside = outside[walked >= np.uint64(window)]
+        result[full] = windows[full] * window + values.astype(np.int64)
+    elif full.any():
+        result[full] = positions[full]
+    if not full.all():
+        rest = ~full
+        result[rest] = last * window + permute(
+            within[rest].astype(np.int64), partial, mix_seed(seed, epoch), last
+        )
+    return result
 
 
 def permute(positions: npt.ArrayLike, n: int, seed: int, epoch: int = 0) -> Int64Array:
@@ -224,24 +283,61 @@ def _first_item_at_or_after(worker: WorkerSlice, index: int, count: int) -> int:
     return low
 
 
+Ranges = tuple[tuple[int, int], ...]
+"""Sorted, disjoint, non-empty ``[start, stop)`` ranges of an epoch's positions."""
+
+
+def check_ranges(ranges: Sequence[Sequence[int]], limit: int) -> Ranges:
+    """``ranges`` as a :data:`Ranges`, checked to be sorted, disjoint, non-empty and in ``[0, limit)``."""
+    result = tuple((int(a), int(b)) for a, b in ranges)
+    previous = 0
+    for start, stop in result:
+        if not previous <= start < stop <= limit:
+            raise ValueError(
+                f"ranges {list(result)[:8]} must be sorted, disjoint, non-empty and in [0, {limit})"
+            )
+        previous = stop
+    return result
+
+
+def _coalesce(ranges: Sequence[tuple[int, int]]) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for start, stop in ranges:
+        if start >= stop:
+            continue
+        if out and out[-1][1] == start:
+            out[-1] = (out[-1][0], stop)
+        else:
+            out.append((start, stop))
+    return tuple(out)
+
+
 @dataclasses.dataclass(frozen=True)
 class EpochPlan:
     """Who reads what in an epoch: the global order and its split over ranks.
 
-    Ranks take contiguous blocks of the epoch's order (rank r: positions
-    ``r * samples_per_rank ..``), so unshuffled and shard-shuffled reads stay sequential. Every
-    rank gets ``samples_per_rank`` samples: with ``drop_last`` the last
-    ``num_records mod (world_size * unit)`` positions of the order are left out (other records
-    each epoch when shuffled); without it the order wraps round and the extra positions are
-    marked as padding.
+    The records form an endless *stream*: pass ``p`` over the data is the order of all records
+    keyed by ``p`` (stream positions ``p * N .. (p + 1) * N - 1``). Epoch ``e`` is the stream's
+    ``epoch_size`` positions from ``e * epoch_size``: with ``samples_per_epoch`` None, exactly pass
+    ``e``; a shorter epoch goes on through the pass where the previous one stopped (every record
+    is read before any repeats), a longer one starts the next pass. ``rest`` narrows an epoch to
+    some of its positions: what is left of it after another world size began it.
+
+    Ranks take contiguous blocks of the epoch's positions (rank r: its ``r * samples_per_rank``-th
+    onwards), so unshuffled and shard-shuffled reads stay sequential. Every rank gets
+    ``samples_per_rank`` samples: with ``drop_last`` the last
+    ``num_positions mod (world_size * unit)`` positions are left out (other records each epoch
+    when shuffled); without it the positions wrap round and the extra ones are marked as padding.
 
     Args:
         shard_sizes: records per shard, in shard order; record ids count through the shards.
         world_size, rank: the data-parallel group and this process's place in it.
         batch_size: records per unit in batch mode, None in sample mode.
         drop_last: drop the ragged end (True) or pad it (False).
-        shuffle: "global", "shards" or False.
+        shuffle: "global", "shards", "block:K" or False.
         seed: the shuffle's seed.
+        samples_per_epoch: the epoch's size in samples over all ranks (None: one pass).
+        rest: the epoch's positions (in ``[0, epoch_size)``) still to read, None for all.
     """
 
     shard_sizes: tuple[int, ...]
@@ -251,6 +347,8 @@ class EpochPlan:
     drop_last: bool = True
     shuffle: Shuffle = "global"
     seed: int = 0
+    samples_per_epoch: int | None = None
+    rest: Ranges | None = None
 
     def __post_init__(self) -> None:
         if self.world_size < 1:
@@ -259,14 +357,32 @@ class EpochPlan:
             raise ValueError(f"rank must be in [0, {self.world_size}), got {self.rank}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size={self.batch_size} must be positive")
-        if self.shuffle not in ("global", "shards", False):
-            raise ValueError(f"shuffle={self.shuffle!r} must be 'global', 'shards' or False")
+        block_size(self.shuffle)  # raises for anything else
         if any(size < 0 for size in self.shard_sizes):
             raise ValueError("shard sizes must be >= 0")
+        if self.samples_per_epoch is not None:
+            if self.samples_per_epoch < 1:
+                raise ValueError(f"samples_per_epoch={self.samples_per_epoch} must be positive")
+            if self.num_records == 0:
+                raise ValueError(f"samples_per_epoch={self.samples_per_epoch} needs records; there are none")
+        if self.rest is not None:
+            check_ranges(self.rest, self.epoch_size)
 
     @property
     def num_records(self) -> int:
         return sum(self.shard_sizes)
+
+    @property
+    def epoch_size(self) -> int:
+        """Stream positions per epoch: ``samples_per_epoch``, else the number of records."""
+        return self.num_records if self.samples_per_epoch is None else self.samples_per_epoch
+
+    @property
+    def num_positions(self) -> int:
+        """Positions of the epoch to split over the ranks: ``epoch_size``, or those in ``rest``."""
+        if self.rest is None:
+            return self.epoch_size
+        return sum(stop - start for start, stop in self.rest)
 
     @property
     def unit(self) -> int:
@@ -278,8 +394,8 @@ class EpochPlan:
         """Units (batches in batch mode, else samples) each rank gets per epoch."""
         per_global_unit = self.world_size * self.unit
         if self.drop_last:
-            return self.num_records // per_global_unit
-        return -(-self.num_records // per_global_unit)
+            return self.num_positions // per_global_unit
+        return -(-self.num_positions // per_global_unit)
 
     @property
     def samples_per_rank(self) -> int:
@@ -287,22 +403,25 @@ class EpochPlan:
 
     @property
     def dropped(self) -> int:
-        """Records left out of each epoch (with drop_last)."""
-        return max(0, self.num_records - self.world_size * self.samples_per_rank)
+        """Positions left out of each epoch (with drop_last)."""
+        return max(0, self.num_positions - self.world_size * self.samples_per_rank)
 
     @property
     def padding(self) -> int:
         """Repeated records added to each epoch (without drop_last)."""
-        return max(0, self.world_size * self.samples_per_rank - self.num_records)
+        return max(0, self.world_size * self.samples_per_rank - self.num_positions)
 
     def order(self, positions: npt.ArrayLike, epoch: int) -> Int64Array:
-        """The record id at each position of the epoch's order of all records."""
+        """The record id at each position of pass ``epoch``'s order of all records."""
         array = np.asarray(positions, dtype=np.int64)
         n = self.num_records
         if self.shuffle == "global":
             return permute(array, n, self.seed, epoch)
         if self.shuffle is False:
             return array.copy()
+        window = block_size(self.shuffle)
+        if window is not None and n:
+            array = _permute_windows(array, n, window, self.seed, epoch)
         sizes = np.asarray(self.shard_sizes, dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         shard_order = np.random.Generator(np.random.PCG64(mix_seed(self.seed, epoch))).permutation(len(sizes))
@@ -311,16 +430,88 @@ class EpochPlan:
         within = array - (ends_in_order[slot] - sizes[shard_order[slot]])
         return starts[shard_order[slot]] + within
 
+    def stream(self, stream_positions: npt.ArrayLike) -> Int64Array:
+        """The record id at each position of the endless stream of passes."""
+        array = np.asarray(stream_positions, dtype=np.int64)
+        n = self.num_records
+        if n == 0 or array.size == 0:
+            return np.zeros(array.shape, np.int64)
+        passes, within = np.divmod(array, n)
+        if passes.min() == passes.max():  # the usual case: one pass
+            return self.order(within, int(passes.flat[0]))
+        out = np.empty_like(array)
+        for pass_ in np.unique(passes).tolist():
+            where = passes == pass_
+            out[where] = self.order(within[where], pass_)
+        return out
+
+    def positions(self, indices: npt.ArrayLike) -> Int64Array:
+        """The epoch positions (in ``[0, epoch_size)``) of the ``indices``-th positions to split."""
+        array = np.asarray(indices, dtype=np.int64)
+        if self.rest is None:
+            return array.copy()
+        starts = np.asarray([start for start, _ in self.rest], dtype=np.int64)
+        lengths = np.asarray([stop - start for start, stop in self.rest], dtype=np.int64)
+        before = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        which = np.searchsorted(before, array, side="right") - 1
+        return starts[which] + (array - before[which])
+
     def records(self, rank_positions: npt.ArrayLike, epoch: int) -> tuple[Int64Array, npt.NDArray[np.bool_]]:
         """Record ids and padding flags of this rank's samples at the given rank positions."""
         array = np.asarray(rank_positions, dtype=np.int64)
         if array.size and (array.min() < 0 or array.max() >= self.samples_per_rank):
             raise ValueError(f"rank positions must lie in [0, {self.samples_per_rank})")
-        positions = array + self.rank * self.samples_per_rank
-        padding = positions >= self.num_records
-        return self.order(positions % max(1, self.num_records), epoch), padding
+        indices = array + self.rank * self.samples_per_rank
+        padding = indices >= self.num_positions
+        positions = self.positions(indices % max(1, self.num_positions))
+        return self.stream(positions + epoch * self.epoch_size), padding
 
     def unit_positions(self, units: npt.ArrayLike) -> Int64Array:
         """Rank positions of the samples of each unit, flattened in unit order."""
         array = np.asarray(units, dtype=np.int64)
         return (array[:, None] * self.unit + np.arange(self.unit, dtype=np.int64)).reshape(-1)
+
+
+def rest_of_epoch(plan: EpochPlan, progress: Sequence[Progress]) -> Ranges:
+    """The epoch's positions that no rank has handed out yet, from every rank's progress.
+
+    ``plan`` is the epoch's plan of any rank (its ``rank`` does not matter); ``progress[r]`` is
+    rank r's place. Positions that the epoch leaves out (``drop_last``) stay out and padding is
+    not a position, so the result is exactly what the epoch still has to read; as ranges, its
+    size is O(ranks + units handed out out of order), whatever the number of records.
+
+    Raises:
+        ValueError: not one progress per rank.
+    """
+    if len(progress) != plan.world_size:
+        raise ValueError(f"{len(progress)} ranks' progress for a world of {plan.world_size} ranks")
+    per_rank, unit = plan.samples_per_rank, plan.unit
+    limit = min(plan.num_positions, plan.world_size * per_rank)
+    indices: list[tuple[int, int]] = []  # ranges of indices into the positions to split
+    for rank, place in enumerate(progress):
+        first = rank * per_rank
+        end = min(first + per_rank, limit)
+        cursor = first + place.start * unit
+        for unit_done in place.done:
+            at = first + unit_done * unit
+            if at >= end:
+                break
+            indices.append((cursor, at))
+            cursor = max(cursor, at + unit)
+        indices.append((cursor, end))
+    return _coalesce([piece for a, b in _coalesce(indices) for piece in _index_ranges(plan, a, b)])
+
+
+def _index_ranges(plan: EpochPlan, first: int, end: int) -> list[tuple[int, int]]:
+    """Epoch positions of the indices ``first .. end - 1`` of the positions to split, as ranges."""
+    if plan.rest is None:
+        return [(first, end)]
+    out, before = [], 0
+    for start, stop in plan.rest:
+        low, high = max(first, before), min(end, before + stop - start)
+        if low < high:
+            out.append((start + low - before, start + high - before))
+        before += stop - start
+        if before >= end:
+            break
+    return out

@@ -1,5 +1,7 @@
 """A contact sheet of decoded images with their labels, and boxes with class names for
-detection data (the Object Detection API layout that ``torch_tfrecord.convert`` writes).
+detection data (the Object Detection API layout that ``torch_tfrecord.convert`` writes);
+segmentation masks (image/segmentation/class/encoded) as translucent colours, with a legend;
+instance masks (image/object/mask) tinted in their box's colour.
 
 Pure apart from Pillow: serialized Examples in, a PIL image out. Needs Pillow (the ``convert``
 or ``vision`` extra).
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ._extras import install_hint
@@ -75,19 +77,106 @@ def _boxes(features: dict[str, tuple[str, list[Any]]]) -> list[tuple[float, floa
     return out
 
 
+_MASK_KEY = "image/segmentation/class/encoded"
+_INSTANCE_KEY = "image/object/mask"
+_VOID = 255  # Pascal VOC's boundary / unlabelled value: drawn white
+_MASK_ALPHA = 0.5
+_LEGEND_ROW = 16
+
+
+def _mask(features: dict[str, tuple[str, list[Any]]], size: tuple[int, int], where: str) -> Any:
+    """The record's class mask as a PIL "L" image of indices, or None when it has none."""
+    if _MASK_KEY not in features or not features[_MASK_KEY][1]:
+        return None
+    return _grey(features[_MASK_KEY][1][0], _MASK_KEY, "", size, where)
+
+
+def _grey(data: bytes, key: str, which: str, size: tuple[int, int], where: str) -> Any:
+    """A mask PNG's stored values (indices, not palette colours) as a PIL "L" image of ``size``,
+    or a FeatureError naming ``key`` (``which``: the mask of a list) and the record."""
+    from PIL import Image
+
+    try:
+        mask = Image.open(io.BytesIO(data))
+        mask.load()
+    except Exception as error:  # Pillow raises several kinds for bad image data
+        raise FeatureError(
+            f"feature {key!r}{which} of {where} is not a decodable mask ({type(error).__name__}: {error})",
+            key=key,
+            record=where,
+        ) from None
+    if mask.mode not in ("L", "P") or mask.size != size:
+        raise FeatureError(
+            f"feature {key!r}{which} of {where} is a {mask.mode} {mask.size[0]}x{mask.size[1]} image, "
+            f"not a mask of class indices the size of its image ({size[0]}x{size[1]})",
+            key=key,
+            record=where,
+        )
+    return (
+        mask if mask.mode == "L" else Image.frombytes("L", mask.size, mask.tobytes())
+    )  # indices, not colours
+
+
+def _instances(picture: Any, features: dict[str, tuple[str, list[Any]]], where: str) -> Any:
+    """``picture`` with each object's pixels of image/object/mask (non-zero) tinted, translucent,
+    in the colour of its box."""
+    from PIL import Image
+
+    pngs = features.get(_INSTANCE_KEY, ("bytes", []))[1]
+    labels = features.get("image/object/class/label", ("int64", []))[1]
+    for i, png in enumerate(pngs):
+        mask = _grey(png, _INSTANCE_KEY, f" (mask {i})", picture.size, where)
+        colour = _PALETTE[(int(labels[i]) if i < len(labels) else i) % len(_PALETTE)]
+        tinted = Image.blend(picture, Image.new("RGB", picture.size, colour), _MASK_ALPHA)
+        picture = Image.composite(tinted, picture, mask.point([0] + [255] * 255))
+    return picture
+
+
+def _mask_colour(index: int) -> tuple[int, int, int]:
+    """Pascal VOC's colour of a class index (bits of the index spread over R, G, B: distinct
+    for all 255), the boundary white."""
+    if index == _VOID:
+        return (255, 255, 255)
+    rgb = [0, 0, 0]
+    for bit in range(8):
+        for channel in range(3):
+            rgb[channel] |= ((index >> (3 * bit + channel)) & 1) << (7 - bit)
+    return rgb[0], rgb[1], rgb[2]
+
+
+def _overlay(picture: Any, mask: Any) -> tuple[Any, set[int]]:
+    """``picture`` with the pixels of each class of ``mask`` (not background 0) tinted in its colour."""
+    from PIL import Image
+
+    present = {index for _, index in mask.getcolors(256) or []} - {0}
+    if not present:
+        return picture, present
+    palette = [0] * 256 * 3
+    for index in present:
+        palette[index * 3 : index * 3 + 3] = _mask_colour(index)
+    colours = Image.frombytes("P", mask.size, mask.tobytes())
+    colours.putpalette(palette)
+    tinted = Image.blend(picture, colours.convert("RGB"), _MASK_ALPHA)
+    return Image.composite(tinted, picture, mask.point([0] + [255] * 255)), present
+
+
 def render_grid(
     records: Sequence[bytes],
     *,
     locations: Sequence[str] | None = None,
     cell: int = 256,
     columns: int | None = None,
+    class_names: Mapping[int, str] | None = None,
 ) -> Any:
     """A grid of the records' images (each fitted into ``cell`` x ``cell``), captioned with the
-    label or file name, boxes drawn in a colour per class with the class name.
+    label or file name, boxes drawn in a colour per class with the class name, class masks
+    laid over their image, translucent, a colour per class, with a legend below the grid;
+    instance masks (image/object/mask) tinted in their box's colour.
 
     Args:
         records: serialized Examples; those without an image feature are left out.
         locations: where each record came from, for error messages.
+        class_names: names of the mask's class ids for the legend (a label map's ``names``).
 
     Raises:
         FeatureError: an image feature that does not decode (naming the key and the record),
@@ -99,6 +188,7 @@ def render_grid(
     except ImportError as error:
         raise ImportError(f"preview needs Pillow; {install_hint('convert')}") from error
     tiles = []
+    classes: set[int] = set()
     for number, payload in enumerate(records):
         features = describe_record(payload)
         if features is None:
@@ -106,17 +196,23 @@ def render_grid(
         key = _image_key(features)
         if key is None:
             continue
+        where = locations[number] if locations is not None else f"record {number}"
         try:
             image = Image.open(io.BytesIO(features[key][1][0]))
             image.load()
         except Exception as error:  # Pillow raises several kinds for bad image data
-            where = locations[number] if locations is not None else f"record {number}"
             raise FeatureError(
                 f"feature {key!r} of {where} is not a decodable image ({type(error).__name__}: {error})",
                 key=key,
                 record=where,
             ) from None
-        tiles.append((image.convert("RGB"), _caption(features, number), _boxes(features)))
+        picture = image.convert("RGB")
+        mask = _mask(features, picture.size, where)
+        if mask is not None:
+            picture, present = _overlay(picture, mask)
+            classes |= present
+        picture = _instances(picture, features, where)
+        tiles.append((picture, _caption(features, number), _boxes(features)))
     if not tiles:
         raise FeatureError(
             f"none of the {len(records)} records holds an image (a bytes feature such as 'image/encoded')"
@@ -124,7 +220,11 @@ def render_grid(
     columns = columns or math.ceil(math.sqrt(len(tiles)))
     rows = math.ceil(len(tiles) / columns)
     pitch_x, pitch_y = cell + _GAP, cell + _CAPTION_HEIGHT + _GAP
-    sheet = Image.new("RGB", (_GAP + columns * pitch_x, _GAP + rows * pitch_y), _BACKGROUND)
+    legend_top = _GAP + rows * pitch_y
+    legend = sorted(classes)
+    per_row = max(1, (columns * pitch_x) // 120)
+    legend_height = -(-len(legend) // per_row) * _LEGEND_ROW + (_GAP if legend else 0)
+    sheet = Image.new("RGB", (_GAP + columns * pitch_x, legend_top + legend_height), _BACKGROUND)
     font = ImageFont.load_default()
     draw = ImageDraw.Draw(sheet)
     for i, (picture, caption, boxes) in enumerate(tiles):
@@ -149,4 +249,9 @@ def render_grid(
             fill=(235, 235, 235),
             font=font,
         )
+    for i, index in enumerate(legend):  # a swatch and the class of each colour in the masks
+        x, y = _GAP + (i % per_row) * 120, legend_top + (i // per_row) * _LEGEND_ROW
+        draw.rectangle((x, y + 2, x + 10, y + 12), fill=_mask_colour(index), outline=_FRAME)
+        name = "boundary" if index == _VOID else (class_names or {}).get(index, "")
+        draw.text((x + 14, y + 1), f"{index} {name}"[:18], fill=(235, 235, 235), font=font)
     return sheet

@@ -14,6 +14,7 @@ from typing import Literal
 
 import numpy.typing as npt
 
+from ._resync import DamagedRegion
 from ._scan import Span, scan
 from .entries import read_entries, read_entries_at
 from .errors import CompressedIndexError, TFRecordError
@@ -28,7 +29,15 @@ from .io import (
 )
 
 # read_entries_at and read_framed_sizes have their own modules; they stay importable from here.
-__all__ = ["OnError", "ReadStats", "read_entries_at", "read_framed_sizes", "read_records"]
+__all__ = [
+    "DamagedRegion",
+    "OnError",
+    "ReadStats",
+    "read_entries_at",
+    "read_framed_sizes",
+    "read_records",
+    "record_skipped_region",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +51,12 @@ class ReadStats:
     Attributes:
         records: records returned.
         payload_bytes: bytes of payload returned.
-        files_skipped: files abandoned after damage (sequential reads cannot resynchronise).
-        records_skipped: single records skipped (index reads know where the next one starts).
+        files_skipped: files whose reading stopped at damage (a compressed stream that cannot
+            be decompressed past it).
+        records_skipped: records known to be lost: single records skipped by an index read,
+            and the records of each damaged region whose count is known.
+        bytes_skipped: bytes of the damaged regions a sequential read stepped over.
+        damaged: every :class:`DamagedRegion` a sequential read stepped over, in file order.
         errors: the message of every error that was skipped.
     """
 
@@ -51,6 +64,8 @@ class ReadStats:
     payload_bytes: int = 0
     files_skipped: int = 0
     records_skipped: int = 0
+    bytes_skipped: int = 0
+    damaged: list[DamagedRegion] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -62,6 +77,16 @@ def _skip(stats: ReadStats | None, error: TFRecordError, what: str) -> None:
             stats.records_skipped += 1
         else:
             stats.files_skipped += 1
+
+
+def record_skipped_region(stats: ReadStats | None, region: DamagedRegion) -> None:
+    """Logs a damaged region that ``on_error="skip"`` stepped over and counts it in ``stats``."""
+    logger.warning("skipping damaged bytes: %s", region)
+    if stats is not None:
+        stats.errors.append(str(region))
+        stats.damaged.append(region)
+        stats.bytes_skipped += region.size
+        stats.records_skipped += region.records or 0
 
 
 def _counted(records: Iterator[bytes], stats: ReadStats) -> Iterator[bytes]:
@@ -94,8 +119,11 @@ def read_records(
             ``"zlib"`` or None.
         verify_crc: check both CRCs of every record. Lengths are bounds-checked either way.
         on_error: ``"raise"`` (default) or ``"skip"``: log the damage, count it in ``stats``
-            and go on; a sequential read skips the rest of the file (framing cannot be
-            resynchronised), an index read skips just the damaged record.
+            and go on. An index read skips just the damaged record; a sequential read searches
+            forward for the next position where a record's length CRC, length and payload CRC
+            all check out, resumes there, and records the :class:`DamagedRegion` it stepped
+            over in ``stats.damaged``: every intact record is returned. (Damage is found
+            through the CRCs: with ``verify_crc=False`` only impossible lengths are.)
         entries: ``(offset, framed_size)`` rows, e.g. from :func:`torch_tfrecord.load_index`;
             records are returned in the given order, and neighbouring ones are read together.
         record_numbers: the record number of each entry, for error messages (default: the
@@ -127,7 +155,8 @@ def read_records(
     if resolved is not None and (entries is not None or byte_range is not None):
         raise CompressedIndexError(
             f"{name!r} is {resolved.upper()}-compressed: its records can only be read in order, "
-            "not by offset; read it whole, or rewrite it uncompressed to read by index"
+            "not by offset; read it whole, or use the datasets, which read it by record through "
+            "a compressed index (tt.build_compressed_index)"
         )
     if entries is not None:
         on_skip = None if on_error == "raise" else lambda error: _skip(stats, error, "record")
@@ -159,8 +188,9 @@ def _read_sequential(
     with open_records_stream(path, compression, storage_options) as stream:  # type: ignore[arg-type]
         if start:
             stream.seek(start)
+        on_damage = None if on_error == "raise" else lambda region: record_skipped_region(stats, region)
         try:
-            yield from scan(stream, span, verify_crc)
+            yield from scan(stream, span, verify_crc, on_damage)
         except TFRecordError as error:
             if on_error == "raise":
                 raise

@@ -1,37 +1,34 @@
-"""Proposing a feature spec from the records themselves."""
+"""Proposing a feature spec from the records themselves.
+
+What the records show is found without torch (:mod:`torch_tfrecord._proposal`); here the
+proposals become spec objects: a spec dict for Examples, a context spec and a sequence spec for
+SequenceExamples.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from google.protobuf.message import DecodeError
 
-from .errors import ExampleDecodeError, FeatureTypeError
-from .inspect import doubt_keys, show_key
-from .io import PathLike, StorageOptions, expand_sources
+from ._proposal import Proposal, Survey, format_spec_code, survey_paths, survey_records
+from .io import PathLike, StorageOptions
 from .proto import Example
-from .reader import read_records
-from .spec import FeatureSpec, FixedLen, Image, VarLen
+from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, VarLen
 
-__all__ = ["InferredSpec", "infer_spec", "infer_spec_from_records", "sample_dtypes"]
-
-logger = logging.getLogger(__name__)
+__all__ = [
+    "InferredSequenceSpec",
+    "InferredSpec",
+    "infer_spec",
+    "infer_spec_from_records",
+    "sample_dtypes",
+    "specs_from_survey",
+]
 
 _DTYPES: dict[str, Any] = {"int64_list": torch.int64, "float_list": torch.float32, "bytes_list": bytes}
-_IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
-
-
-@dataclasses.dataclass
-class _Seen:
-    kind: str | None = None
-    lengths: set[int] = dataclasses.field(default_factory=set)
-    present: int = 0
-    empty: int = 0  # records where the Feature is present with no list set
-    images: int = 0
 
 
 class InferredSpec(dict[str, FeatureSpec]):
@@ -48,78 +45,98 @@ class InferredSpec(dict[str, FeatureSpec]):
         self.warnings: list[str] = []
 
     def __repr__(self) -> str:
-        lines = [f"    # warning: {show_key(warning)}" for warning in self.warnings]
-        for key, spec in self.items():
-            note = f"  # {self.notes[key]}" if key in self.notes else ""
-            lines.append(f"    {key!r}: {spec!r},{note}")
-        return "{\n" + "\n".join(lines) + "\n}" if lines else "{}"
+        entries = [(key, repr(spec), self.notes.get(key, "")) for key, spec in self.items()]
+        return format_spec_code(entries, self.warnings)
+
+
+def _indented(code: str) -> str:
+    return code.replace("\n", "\n    ")
+
+
+@dataclasses.dataclass(eq=False, repr=False)
+class InferredSequenceSpec(Mapping[str, InferredSpec]):
+    """What :func:`infer_spec` proposes for SequenceExamples: a context spec and a sequence spec.
+
+    A mapping with the keys ``"context_spec"`` and ``"sequence_spec"``, so that
+    ``tt.TFRecordDataset(paths, **specs)`` passes both; its ``repr`` is code to paste (that dict).
+
+    Attributes:
+        context_spec: the context features, as :func:`infer_spec` proposes them for Examples.
+        sequence_spec: the feature lists: :class:`FixedLenSequence` or :class:`VarLen`.
+        steps: per feature list, the fewest and the most steps of the records that have it.
+    """
+
+    context_spec: InferredSpec
+    sequence_spec: InferredSpec
+    steps: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Doubts about the records as a whole."""
+        return self.context_spec.warnings + self.sequence_spec.warnings
+
+    def __getitem__(self, key: str) -> InferredSpec:
+        if key == "context_spec":
+            return self.context_spec
+        if key == "sequence_spec":
+            return self.sequence_spec
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("context_spec", "sequence_spec"))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __repr__(self) -> str:
+        return (
+            "{\n"
+            f"    'context_spec': {_indented(repr(self.context_spec))},\n"
+            f"    'sequence_spec': {_indented(repr(self.sequence_spec))},\n"
+            "}"
+        )
+
+
+def _spec(proposal: Proposal) -> FeatureSpec:
+    if proposal.kind == "Image":
+        return Image("RGB")
+    dtype = _DTYPES[proposal.wire]
+    if proposal.kind == "FixedLen":
+        return FixedLen(proposal.shape or (), dtype)
+    if proposal.kind == "FixedLenSequence":
+        return FixedLenSequence(proposal.shape or (), dtype, allow_missing=proposal.allow_missing)
+    return VarLen(dtype)
+
+
+def _inferred(proposals: Mapping[str, Proposal], warnings: Sequence[str]) -> InferredSpec:
+    spec = InferredSpec()
+    for key, proposal in proposals.items():
+        spec[key] = _spec(proposal)
+        if proposal.note:
+            spec.notes[key] = proposal.note
+    spec.warnings = list(warnings)
+    return spec
+
+
+def specs_from_survey(survey: Survey) -> InferredSpec | InferredSequenceSpec:
+    """The spec objects of a :class:`~torch_tfrecord._proposal.Survey`'s proposals: a spec dict
+    for Examples, an :class:`InferredSequenceSpec` for SequenceExamples."""
+    context = _inferred(survey.proposals, survey.warnings)
+    if survey.feature_lists is None:
+        return context
+    return InferredSequenceSpec(context, _inferred(survey.feature_lists, []), dict(survey.steps))
 
 
 def infer_spec_from_records(
     records: Iterable[bytes], *, describe: Callable[[int], str] = lambda n: f"record {n}"
-) -> InferredSpec:
-    """Proposes a spec for serialized Examples; see :func:`infer_spec`.
+) -> InferredSpec | InferredSequenceSpec:
+    """Proposes a spec for serialized Examples or SequenceExamples; see :func:`infer_spec`.
 
     Args:
-        records: serialized Examples.
+        records: serialized Examples or SequenceExamples.
         describe: names the n-th record in error messages.
     """
-    seen: dict[str, _Seen] = {}
-    total = 0
-    for number, record in enumerate(records):
-        total += 1
-        try:
-            example = Example.FromString(record)
-        except DecodeError as error:
-            raise ExampleDecodeError(
-                f"{describe(number)} is not a serialized Example: {error}; if the file holds another "
-                "message type, read its records as raw bytes with tt.read_records(path)"
-            ) from None
-        for key, feature in example.features.feature.items():
-            entry = seen.setdefault(key, _Seen())
-            which = feature.WhichOneof("kind")
-            if which is not None and entry.kind is not None and which != entry.kind:
-                raise FeatureTypeError(
-                    f"feature {key!r} holds {which} in {describe(number)} but {entry.kind} before",
-                    key=key,
-                    record=describe(number),
-                )
-            entry.kind = entry.kind or which
-            values: Any = getattr(feature, which).value if which else ()
-            entry.present += 1
-            if which is None:
-                entry.empty += 1  # no type to learn; TensorFlow reads it as zero values
-                continue
-            entry.lengths.add(len(values))
-            if which == "bytes_list" and len(values) == 1 and values[0].startswith(_IMAGE_MAGIC):
-                entry.images += 1
-    spec = InferredSpec()
-    for key in sorted(seen):
-        entry = seen[key]
-        if entry.kind is None:
-            # Present with no list set wherever it was seen (an empty CSV cell in TFX): any
-            # VarLen reads it as zero values; float32 is a placeholder, not a finding.
-            spec[key] = VarLen(torch.float32)
-            spec.notes[key] = (
-                f"type unknown: no values in any of the {entry.present} records that have it; "
-                "set the dtype the data will hold"
-            )
-            continue
-        dtype = _DTYPES[entry.kind]
-        if entry.present == total and entry.images == total:
-            spec[key] = Image("RGB")
-        elif entry.present == total and len(entry.lengths) == 1 and not entry.empty:
-            (length,) = entry.lengths
-            spec[key] = FixedLen(() if length == 1 else (length,), dtype)
-        else:
-            spec[key] = VarLen(dtype)  # lengths vary, or the key is optional (missing = no values)
-            if entry.empty:
-                spec.notes[key] = f"no values in {entry.empty} of {entry.present} records that have it"
-    doubt = doubt_keys(sorted(seen))
-    if doubt:
-        spec.warnings.append(doubt)
-        logger.warning("%s", doubt)
-    return spec
+    return specs_from_survey(survey_records(records, describe=describe))
 
 
 def sample_dtypes(records: Iterable[bytes]) -> dict[str, Any]:
@@ -146,8 +163,8 @@ def sample_dtypes(records: Iterable[bytes]) -> dict[str, Any]:
 
 def infer_spec(
     paths: PathLike | Sequence[PathLike], max_records: int = 1000, storage_options: StorageOptions = None
-) -> InferredSpec:
-    """Reads up to ``max_records`` Examples and proposes a spec for them.
+) -> InferredSpec | InferredSequenceSpec:
+    """Reads up to ``max_records`` Examples or SequenceExamples and proposes a spec for them.
 
     A feature present in every record with the same number of values becomes a
     :class:`FixedLen` (shape ``()`` for one value); one whose length varies, or that some records
@@ -157,6 +174,13 @@ def infer_spec(
     (``result.notes``). Records whose feature names hold control characters are probably another
     message that parses as an Example by accident: ``result.warnings`` says so. The ``repr`` of
     the result is valid Python, notes and warnings as comments.
+
+    SequenceExamples (records that set feature lists) get an :class:`InferredSequenceSpec`:
+    ``result.context_spec`` is proposed from the context features as above, and
+    ``result.sequence_spec`` holds, per feature list, a :class:`FixedLenSequence` when every step
+    holds the same number of values (shape ``()`` for one; ``allow_missing=True`` when some
+    records lack the list), else a :class:`VarLen`. Pass both with
+    ``tt.TFRecordDataset(paths, **result)``.
 
     Args:
         paths: files, globs or directories.
@@ -169,20 +193,15 @@ def infer_spec(
             'image/encoded': tt.Image(mode='RGB'),
             'label': tt.FixedLen(shape=(), dtype=torch.int64),
         }
+        >>> infer_spec("sequences.tfrecord")  # doctest: +SKIP
+        {
+            'context_spec': {
+                'id': tt.FixedLen(shape=(), dtype=bytes),
+            },
+            'sequence_spec': {
+                'frames': tt.FixedLenSequence(shape=(3,), dtype=torch.float32),
+                'ids': tt.VarLen(dtype=torch.int64),
+            },
+        }
     """
-    if max_records < 1:
-        raise ValueError(f"{max_records=} must be positive")
-
-    origins: list[tuple[str, int]] = []  # (file, record number in it), for error messages
-
-    def records() -> Iterable[bytes]:
-        for path in expand_sources(paths, storage_options):
-            for number, record in enumerate(read_records(path, storage_options=storage_options)):
-                origins.append((path, number))
-                yield record
-                if len(origins) >= max_records:
-                    return
-
-    return infer_spec_from_records(
-        records(), describe=lambda n: f"record {origins[n][1]} of {origins[n][0]!r}"
-    )
+    return specs_from_survey(survey_paths(paths, max_records, storage_options))

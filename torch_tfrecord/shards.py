@@ -15,14 +15,23 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from ._guards import check_sources
+from .compressed_index import (
+    CompressedIndex,
+    check_compressed_index,
+    decode_compressed_index,
+    default_compressed_index_path,
+    is_compressed_index,
+)
 from .entries import read_entries_at
-from .errors import CompressedIndexError, SourceNotFoundError, TFRecordError
-from .index import build_index, check_index, default_index_path, load_index
+from .errors import SourceNotFoundError, TFRecordError
+from .index import build_index, check_index, decode_index, default_index_path, read_index_bytes
+from .inflate import SEGMENT, CompressedShard, build_compressed_index
 from .io import (
     PathLike,
     StorageOptions,
@@ -35,9 +44,9 @@ from .io import (
     resolve_compression,
 )
 from .reader import OnError
-from .remote import RemoteFile
+from .remote import RemoteFile, RequestCounter
 
-__all__ = ["IndexArg", "RecordFiles", "resolve_index"]
+__all__ = ["IndexArg", "RecordFiles", "ShardIndex", "load_shard_index", "resolve_index"]
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +56,15 @@ IndexArg = str | Mapping[str, str | npt.ArrayLike] | Callable[[str], str] | None
 ``<name>.idx`` files (a string with no ``{``), a mapping from data
 path (or file name) to index path or ``(offset, framed_size)`` table, or a function of the path."""
 
+ShardIndex = npt.NDArray[np.int64] | CompressedIndex
+"""A plain file's ``(offset, framed_size)`` table, or a compressed file's index."""
+
 _MAX_OPEN_FILES = 64
+# Local records of a batch at most this far apart in a file are read with one pread, the bytes
+# between them included: a syscall costs about as much as copying this many bytes (bench_dataset).
+_COALESCE_GAP = 4096
+# Compressed shards inflating at once in a process (each holds inflated segments and a thread).
+_MAX_OPEN_INFLATERS = 8
 # Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
 _REMOTE_SHARDS_AT_ONCE = 16
 
@@ -67,95 +84,153 @@ def _pattern_path(pattern: str, path: str) -> str:
 
 
 def resolve_index(
-    path: str, index: IndexArg = None, storage_options: StorageOptions = None
-) -> npt.NDArray[np.int64]:
-    """The ``(offset, framed_size)`` table of one data file, checked against the file.
+    path: str, index: IndexArg = None, storage_options: StorageOptions = None, on_error: OnError = "raise"
+) -> ShardIndex:
+    """The index of one data file, checked against the file: a plain file's ``(offset,
+    framed_size)`` table, or a GZIP / ZLIB file's :class:`CompressedIndex`.
 
     Args:
         path: the data file (a path or URL).
-        index: see :data:`IndexArg`.
+        index: see :data:`IndexArg`. Without one, ``<path>.cidx`` or ``<path>.idx`` is used
+            when it exists, else the file is scanned once in memory (a compressed file inflated).
         storage_options: for the fsspec file system of URLs.
+        on_error: ``"skip"``: a damaged file without an index is indexed in its intact records
+            (the damaged regions logged; a compressed file keeps its records before the
+            damage), and an index that leaves damaged regions out (built with
+            ``on_error="skip"``) is accepted.
 
     Raises:
         StaleIndexError: the index does not describe the file (never silently rebuilt).
-        CompressedIndexError: the file is compressed, so its records cannot be read by offset.
         SourceNotFoundError: a named index file does not exist.
     """
     options = storage_options
+    gaps = on_error == "skip"
     if index is None:
-        index_path = default_index_path(path)
-        if exists(index_path, options):
-            return load_index(index_path, data_path=path, storage_options=options)
+        for index_path in (default_compressed_index_path(path), default_index_path(path)):
+            if exists(index_path, options):
+                return load_shard_index(index_path, path, options, allow_damaged_gaps=gaps)
         compression = resolve_compression("auto", path, options)
         if compression is not None:
-            raise CompressedIndexError(
-                f"{path!r} is {compression.upper()}-compressed: the datasets read records by offset, "
-                "which compressed files do not allow; rewrite it uncompressed (e.g. with "
-                "tt.RecordWriter) to use it here"
-            )
-        table = build_index(path, storage_options=options)
+            found: ShardIndex = build_compressed_index(path, on_error=on_error, storage_options=options)
+        else:
+            found = build_index(path, on_error=on_error, storage_options=options)
         logger.info(
             "no index for %r: scanned it in memory (%d records); `tfrecord-index build` saves one",
             path,
-            len(table),
+            len(found.table if isinstance(found, CompressedIndex) else found),
         )
-        return table
+        return found
     if isinstance(index, str):
-        index_path = (
-            _pattern_path(index, path)
-            if "{" in index
-            else join(index, os.path.basename(default_index_path(path)))
-        )
-        return load_index(index_path, data_path=path, storage_options=options)
+        if "{" in index:
+            return load_shard_index(_pattern_path(index, path), path, options, allow_damaged_gaps=gaps)
+        compressed = join(index, os.path.basename(default_compressed_index_path(path)))
+        if exists(compressed, options):
+            return load_shard_index(compressed, path, options, allow_damaged_gaps=gaps)
+        plain = join(index, os.path.basename(default_index_path(path)))
+        return load_shard_index(plain, path, options, allow_damaged_gaps=gaps)
     if isinstance(index, Mapping):
         entry = index.get(path, index.get(os.path.basename(path)))
         if entry is None:
             raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
         if isinstance(entry, str | os.PathLike):
-            return load_index(entry, data_path=path, storage_options=options)
+            return load_shard_index(os.fspath(entry), path, options, allow_damaged_gaps=gaps)
         table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
-        check_index(table, path, "<index mapping>", storage_options=options)
+        check_index(table, path, "<index mapping>", allow_damaged_gaps=gaps, storage_options=options)
         return table
     if callable(index):
-        return load_index(index(path), data_path=path, storage_options=options)
+        return load_shard_index(os.fspath(index(path)), path, options, allow_damaged_gaps=gaps)
     raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
+
+
+def load_shard_index(
+    index_path: str, data_path: str, options: StorageOptions = None, *, allow_damaged_gaps: bool = False
+) -> ShardIndex:
+    """Reads an index file of either kind (told apart by the compressed index's magic) and
+    checks it against its data file (``allow_damaged_gaps``: see :func:`~.index.check_index`).
+
+    Raises:
+        IndexFormatError: the index file is damaged or in neither format.
+        StaleIndexError: it does not describe ``data_path``.
+    """
+    data = read_index_bytes(index_path, options)
+    if is_compressed_index(data):
+        found = decode_compressed_index(data, index_path)
+        check_compressed_index(found, data_path, index_path, storage_options=options)
+        return found
+    table = decode_index(data, index_path)
+    check_index(table, data_path, index_path, allow_damaged_gaps=allow_damaged_gaps, storage_options=options)
+    return table
+
+
+def _grown(buffer: bytearray, size: int) -> bytearray:
+    """``buffer`` grown to at least ``size`` bytes, or a new one if something holds a view of it."""
+    if len(buffer) < size:
+        try:
+            buffer.extend(bytes(size - len(buffer)))
+        except BufferError:  # something still holds a view of it: leave it be
+            return bytearray(size)
+    return buffer
 
 
 class RecordFiles:
     """Shard files and their indexes, read by global record id.
 
     Local files are read with positional reads on descriptors; URLs through a
-    :class:`~torch_tfrecord.remote.RemoteFile` each (ranged requests, merged and retried).
+    :class:`~torch_tfrecord.remote.RemoteFile` each (ranged requests, merged and retried);
+    GZIP / ZLIB files through a :class:`~torch_tfrecord.inflate.CompressedShard` each (their
+    offsets count in the uncompressed stream).
 
     Args:
         paths: the data files (paths or URLs), in record-id order.
-        tables: each file's ``(offset, framed_size)`` index table.
+        tables: each file's ``(offset, framed_size)`` index table, or compressed index.
         storage_options: for the fsspec file system of URLs.
+
+    Attributes:
+        cache_bytes: inflated bytes each compressed shard keeps (a block shuffle's window).
     """
 
     def __init__(
         self,
         paths: Sequence[str],
-        tables: Sequence[npt.NDArray[np.int64]],
+        tables: Sequence[ShardIndex],
         storage_options: StorageOptions = None,
     ) -> None:
         if len(paths) != len(tables):
             raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
         self.paths = list(paths)
         self.storage_options = dict(storage_options or {})
-        self.tables = [np.ascontiguousarray(table, dtype=np.int64).reshape(-1, 2) for table in tables]
-        self.sizes = [file_size(path, self.storage_options) for path in self.paths]
+        self.compressed = {i: table for i, table in enumerate(tables) if isinstance(table, CompressedIndex)}
+        self.tables = [
+            np.ascontiguousarray(
+                table.table if isinstance(table, CompressedIndex) else table, dtype=np.int64
+            ).reshape(-1, 2)
+            for table in tables
+        ]
+        # The size of each record stream: a compressed file's uncompressed size.
+        self.sizes = [
+            self.compressed[i].uncompressed_size
+            if i in self.compressed
+            else file_size(path, self.storage_options)
+            for i, path in enumerate(self.paths)
+        ]
+        self.cache_bytes = 0
+        self._inflaters: OrderedDict[int, CompressedShard] = OrderedDict()
         # Remote files in use here, least recently used first (each may hold a read-ahead window).
         self._remote: OrderedDict[int, RemoteFile] = OrderedDict()
-        self._evicted_requests = 0
+        self._requests = RequestCounter()  # of every remote file, those let go included
         self._remote_lock = threading.Lock()  # shards of one batch are opened from several threads
-        self._all_remote = bool(self.paths) and all(is_url(path) for path in self.paths)
+        self._remote_paths = [is_url(path) for path in self.paths]
+        self._all_remote = bool(self.paths) and all(self._remote_paths)
         self._pool: ThreadPoolExecutor | None = None
         self._pool_pid = -1
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         # Descriptors inherited through a fork stay usable: positional reads share no offset.
         self._files: OrderedDict[int, int] = OrderedDict()
+        # The same descriptors by shard (-1: not open here) and the file sizes, as the native
+        # batch read takes them.
+        self._fd_table = np.full(len(self.paths), -1, dtype=np.int64)
+        self._size_table = np.array(self.sizes, dtype=np.int64)
 
     @classmethod
     def from_sources(
@@ -163,15 +238,51 @@ class RecordFiles:
         sources: PathLike | Sequence[PathLike],
         index: IndexArg = None,
         storage_options: StorageOptions = None,
+        on_error: OnError = "raise",
     ) -> RecordFiles:
-        """Expands paths / globs / directories / URLs (sorted) and resolves every file's index."""
+        """Expands paths / globs / directories / URLs (sorted) and resolves every file's index
+        (``on_error``: see :func:`resolve_index`).
+
+        Raises:
+            ValueError: ``sources`` is an empty list.
+        """
+        check_sources(sources)
         paths = expand_sources(sources, storage_options)
-        return cls(paths, [resolve_index(path, index, storage_options) for path in paths], storage_options)
+        indexes = [resolve_index(path, index, storage_options, on_error) for path in paths]
+        return cls(paths, indexes, storage_options)
+
+    def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
+        """The records ``[start, stop)`` of shard ``shard`` for each ``(shard, start, stop)``, as files.
+
+        The result reads only those records, in the order given (a shard may appear more than
+        once); its record ids count through the ranges. Nothing is read or scanned again.
+
+        Raises:
+            IndexError: a shard number out of range.
+            ValueError: a range that is not within its shard's records, or a compressed shard.
+        """
+        paths, tables = [], []
+        for shard, start, stop in ranges:
+            if not 0 <= shard < len(self.paths):
+                raise IndexError(f"shard {shard} out of range for {len(self.paths)} files")
+            if not 0 <= start <= stop <= self.counts[shard]:
+                raise ValueError(
+                    f"records [{start}, {stop}) are not within the {int(self.counts[shard])} records of "
+                    f"{self.paths[shard]!r}"
+                )
+            if shard in self.compressed:
+                raise ValueError(
+                    f"{self.paths[shard]!r} is {self.compressed[shard].compression.upper()}-compressed: "
+                    "a selection of its records is not supported (select from uncompressed shards)"
+                )
+            paths.append(self.paths[shard])
+            tables.append(self.tables[shard][start:stop])
+        return RecordFiles(paths, tables, self.storage_options)
 
     @property
     def remote_requests(self) -> int:
         """Ranged requests this process has made to remote files (none for local ones)."""
-        return self._evicted_requests + sum(file.requests for file in self._remote.values())
+        return self._requests.value
 
     @property
     def num_records(self) -> int:
@@ -185,8 +296,10 @@ class RecordFiles:
     def fingerprint(self) -> str:
         """Identifies the data: file names, sizes and record counts (not the directory they are in)."""
         digest = hashlib.sha256()
-        for path, size, count in zip(self.paths, self.sizes, self.counts, strict=True):
-            digest.update(f"{os.path.basename(path)}\0{size}\0{int(count)}\n".encode())
+        for path, size, table in zip(self.paths, self.sizes, self.tables, strict=True):
+            # Part of a file (select()) also says where it starts; a whole file reads as it always did.
+            start = f"\0{int(table[0, 0])}" if len(table) and table[0, 0] else ""
+            digest.update(f"{os.path.basename(path)}\0{size}\0{len(table)}{start}\n".encode())
         return digest.hexdigest()[:32]
 
     def locate(self, record_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -245,11 +358,15 @@ class RecordFiles:
             ``buffer[starts[i]:starts[i] + framed_sizes[i]]``; None when a file is shorter
             than its index says or a read fails (:meth:`read` then reports which record and why).
         """
-        from .native import read_into
+        from .native import gather, read_into
 
         ids = np.asarray(record_ids, dtype=np.int64)
         if not len(ids):
             return bytearray(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if not self.compressed and not any(self._remote_paths):  # every shard a local plain file
+            framed = self._gather(gather, ids, scratch)
+            if framed is not False:
+                return framed
         by_id = np.argsort(ids, kind="stable")  # global id order is file order
         shards, local = self.locate(ids[by_id])
         entries = np.empty((len(ids), 2), dtype=np.int64)
@@ -259,15 +376,7 @@ class RecordFiles:
         positions = np.zeros(len(ids), dtype=np.int64)
         np.cumsum(entries[:-1, 1], out=positions[1:])
         total = int(entries[:, 1].sum())
-        if scratch is None:
-            buffer = bytearray(total)
-        else:
-            buffer = scratch
-            if len(scratch) < total:
-                try:
-                    scratch.extend(bytes(total - len(scratch)))
-                except BufferError:  # something still holds a view of it: leave it be
-                    buffer = bytearray(total)
+        buffer = bytearray(total) if scratch is None else _grown(scratch, total)
         remote_reads = []
         for first, stop in itertools.pairwise(bounds):
             shard = int(shards[first])
@@ -275,7 +384,7 @@ class RecordFiles:
             sizes = np.ascontiguousarray(entries[first:stop, 1])
             if int((offsets + sizes).max()) > self.sizes[shard]:
                 return None
-            if is_url(self.paths[shard]):
+            if shard in self.compressed or is_url(self.paths[shard]):
                 remote_reads.append((shard, offsets, sizes, buffer, int(positions[first])))
                 continue
             try:
@@ -291,6 +400,34 @@ class RecordFiles:
         starts[by_id] = positions
         framed_sizes[by_id] = entries[:, 1]
         return buffer, starts, framed_sizes
+
+    def _gather(
+        self,
+        gather: Callable[..., tuple[int, int]],
+        ids: npt.NDArray[np.int64],
+        scratch: bytearray | None,
+        gap: int = _COALESCE_GAP,
+    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | Literal[False] | None:
+        """:meth:`read_framed` of local files in one native call; False when the batch's shards
+        do not all stay open at once (the loop per shard then reads it)."""
+        buffer = bytearray() if scratch is None else scratch
+        starts = np.empty(len(ids), dtype=np.int64)
+        sizes = np.empty(len(ids), dtype=np.int64)
+        for _ in range(_MAX_OPEN_FILES + 1):
+            status, value = gather(
+                ids, self.starts, self.tables, self._fd_table, self._size_table, buffer, starts, sizes, gap
+            )
+            if status == 0:
+                return buffer, starts, sizes
+            if status == 1:  # opening it may close the least recently used one
+                self._fd(value)
+            elif status == 2:
+                buffer = _grown(buffer, value)
+            elif status == 4:
+                self.locate(ids)  # raises the IndexError
+            else:
+                return None
+        return False
 
     def _each_shard(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
         """``read`` of each group of records of one shard. Remote shards are read at the same
@@ -313,9 +450,14 @@ class RecordFiles:
         buffer: bytearray,
         start: int,
     ) -> bool:
-        """Reads remote records into ``buffer`` back to back from ``start``; False if one is short."""
+        """Reads remote or compressed records into ``buffer`` back to back from ``start``; False
+        if one is short or damaged."""
+        source = self._source(shard)
         try:
-            pieces = self._source(shard).read_ranges(offsets.tolist(), sizes.tolist())  # type: ignore[union-attr]
+            if isinstance(source, CompressedShard):
+                source.read_into(offsets, sizes, buffer, start)
+                return True
+            pieces = source.read_ranges(offsets.tolist(), sizes.tolist())  # type: ignore[union-attr]
         except TFRecordError:  # the per-record read meets it again and raises it
             return False
         view = memoryview(buffer)
@@ -326,8 +468,10 @@ class RecordFiles:
             start += size
         return True
 
-    def _source(self, shard: int) -> int | RemoteFile:
-        """How shard ``shard`` is read in this process: a descriptor or a remote file."""
+    def _source(self, shard: int) -> int | RemoteFile | CompressedShard:
+        """How shard ``shard`` is read in this process: a descriptor, a remote or a compressed file."""
+        if shard in self.compressed:
+            return self._inflater(shard)
         if not is_url(self.paths[shard]):
             return self._fd(shard)
         with self._remote_lock:
@@ -337,11 +481,37 @@ class RecordFiles:
                 return file
             if len(self._remote) >= _MAX_OPEN_FILES:
                 _, oldest = self._remote.popitem(last=False)
-                self._evicted_requests += oldest.requests
                 oldest.close()  # (waits for a read of it in another thread; it stays usable)
-            file = RemoteFile(self.paths[shard], self.sizes[shard], self.storage_options)
+            file = RemoteFile(
+                self.paths[shard], self.sizes[shard], self.storage_options, counter=self._requests
+            )
             self._remote[shard] = file
             return file
+
+    def hold_window(self, records: int) -> None:
+        """Lets each compressed shard keep about ``records`` records inflated (a block
+        shuffle's window), so the window is inflated once however its records are asked for."""
+        if not self.compressed:
+            return
+        largest_mean = max(
+            index.uncompressed_size / max(1, len(index.table)) for index in self.compressed.values()
+        )
+        self.cache_bytes = int(records * largest_mean) + 2 * SEGMENT
+
+    def _inflater(self, shard: int) -> CompressedShard:
+        with self._remote_lock:
+            inflater = self._inflaters.get(shard)
+            if inflater is not None:
+                self._inflaters.move_to_end(shard)
+            else:
+                if len(self._inflaters) >= _MAX_OPEN_INFLATERS:
+                    self._inflaters.popitem(last=False)[1].close()
+                inflater = CompressedShard(
+                    self.paths[shard], self.compressed[shard], self.storage_options, self.cache_bytes
+                )
+                self._inflaters[shard] = inflater
+            inflater.cache_bytes = self.cache_bytes
+            return inflater
 
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
@@ -368,11 +538,13 @@ class RecordFiles:
             self._files.move_to_end(shard)
             return fd
         if len(self._files) >= _MAX_OPEN_FILES:
-            _, oldest = self._files.popitem(last=False)
+            closed, oldest = self._files.popitem(last=False)
+            self._fd_table[closed] = -1
             os.close(oldest)
         with open_binary(self.paths[shard]) as handle:
             fd = os.dup(handle.fileno())
         self._files[shard] = fd
+        self._fd_table[shard] = fd
         return fd
 
     def close(self) -> None:
@@ -380,13 +552,18 @@ class RecordFiles:
         for fd in self._files.values():
             os.close(fd)
         self._files.clear()
+        self._fd_table[:] = -1
         for file in self._remote.values():
             file.close()
+        for inflater in self._inflaters.values():
+            inflater.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_files"] = OrderedDict()
+        state["_fd_table"] = np.full(len(self.paths), -1, dtype=np.int64)
         state["_remote"] = OrderedDict()
+        state["_inflaters"] = OrderedDict()
         state["_remote_lock"] = None
         state["_pool"] = None
         return state

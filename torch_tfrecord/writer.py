@@ -217,6 +217,12 @@ class RecordWriter:
 class ExampleWriter(RecordWriter):
     """A :class:`RecordWriter` whose :meth:`write` also takes a dict of features.
 
+    Values are encoded by :func:`torch_tfrecord.encode_example`. A feature is a flat list: an
+    array or tensor of two or more dimensions is stored flattened (row-major), without its
+    shape. Read it back with the shape in the spec, ``tt.FixedLen((2, 3), torch.float32)``; a
+    shape that varies per record can be stored as another feature and named by
+    ``tt.RawTensor`` (see the converting guide).
+
     Example:
         >>> with ExampleWriter("train.tfrecord") as writer:  # doctest: +SKIP
         ...     writer.write({"image": tt.BytesList([jpeg]), "label": 3})

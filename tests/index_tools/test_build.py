@@ -45,11 +45,16 @@ def test_bad_files_are_reported_and_others_finish(
     shutil.copyfile(records_dir / "truncated_payload.tfrecord", bad)
     gz = tmp_path / "data" / "c.tfrecord.gz"
     shutil.copyfile(records_dir / "gzip.tfrecord.gz", gz)
-    results = build_indexes([str(bad), str(gz), *shards], jobs=2)
-    assert [r.status for r in results] == ["failed", "failed"] + ["built"] * 5
+    cut = tmp_path / "data" / "cut.tfrecord.gz"
+    shutil.copyfile(records_dir / "gzip_truncated.tfrecord.gz", cut)
+    results = build_indexes([str(bad), str(gz), str(cut), *shards], jobs=2)
+    assert [r.status for r in results] == ["failed", "built", "failed"] + ["built"] * 5
     assert "at byte 56 (record 3)" in (results[0].error or "")
-    assert "compressed" in (results[1].error or "")
-    assert not os.path.exists(str(bad) + ".idx") and not os.path.exists(str(gz) + ".idx")
+    assert "cut.tfrecord.gz" in (results[2].error or "") and "record" in (results[2].error or "")
+    assert not os.path.exists(str(bad) + ".idx") and not os.path.exists(str(cut) + ".cidx")
+    # A compressed file gets a compressed index (never the plain .idx name DALI would read).
+    assert results[1].index_path == str(gz) + ".cidx" and not os.path.exists(str(gz) + ".idx")
+    assert results[1].records == 11 and index_status(gz, results[1].index_path).state == "fresh"
 
 
 def test_out_dir(shards: list[str], tmp_path: Path) -> None:

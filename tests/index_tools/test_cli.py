@@ -103,18 +103,27 @@ def test_debug_shows_the_traceback(tmp_path: Path, capsys: pytest.CaptureFixture
             main(argv)
 
 
-def test_check_says_compressed_files_have_no_offset_index(
+def test_compressed_files_get_a_compressed_index_that_check_and_stats_know(
     data_dir: Path, records_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["build", "-q", "-j", "1", str(data_dir)]) == 0
-    shutil.copyfile(records_dir / "gzip.tfrecord.gz", data_dir / "more.tfrecord.gz")
-    shutil.copyfile(records_dir / "zlib_nosuffix.tfrecord", data_dir / "more-zlib.tfrecord")
+    gz, zz = data_dir / "more.tfrecord.gz", data_dir / "more-zlib.tfrecord"
+    shutil.copyfile(records_dir / "gzip.tfrecord.gz", gz)
+    shutil.copyfile(records_dir / "zlib_nosuffix.tfrecord", zz)
     capsys.readouterr()
+    assert main(["check", str(data_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"MISSING    {gz}: no index at '{gz}.cidx'" in out and f"{zz}.cidx" in out
+    assert main(["build", "-q", "-j", "1", str(data_dir)]) == 0
+    assert "2 indexed, 3 already fresh" in capsys.readouterr().out
     assert main(["check", str(data_dir)]) == 0
     out = capsys.readouterr().out
-    assert "MISSING" not in out
-    assert f"COMPRESSED {data_dir / 'more.tfrecord.gz'}: GZIP-compressed: no offset index" in out
-    assert f"COMPRESSED {data_dir / 'more-zlib.tfrecord'}: ZLIB-compressed" in out
-    assert "all indexes are fresh (2 compressed files have no offset index)" in out
-    assert main(["check", "-q", str(data_dir)]) == 0
-    assert "COMPRESSED" not in capsys.readouterr().out
+    assert f"FRESH      {gz}: 11 records (GZIP: positions and seek points)" in out
+    assert f"FRESH      {zz}: 11 records (ZLIB" in out and "all indexes are fresh" in out
+    assert main(["stats", str(gz), str(zz)]) == 0
+    out = capsys.readouterr().out
+    assert f"{gz} (GZIP)" in out and f"{zz} (ZLIB)" in out and "TOTAL" in out
+    with open(gz, "ab") as f:  # appended to: stale, as for offset indexes
+        f.write(b"\0" * 10)
+    assert main(["check", str(gz)]) == 1
+    assert "STALE" in capsys.readouterr().out

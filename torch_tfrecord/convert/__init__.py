@@ -19,13 +19,16 @@ from typing import Any
 
 from .._atomic import atomic_write
 from ..io import StorageOptions, is_url, join
+from ..label_map import LabelMap, LabelMapError
 from ..remote import read_bytes, write_bytes
 from ._write import ConversionError, ConversionResult, WriteOptions, write_records
 from .detection import coco_tasks, voc_tasks
 from .detection import encoder as detection_encoder
 from .image_folder import encoder as image_encoder
 from .image_folder import image_folder_tasks
-from .label_map import LabelMap, LabelMapError
+from .masks import mask_api
+from .segmentation import encoder as segmentation_encoder
+from .segmentation import segmentation_tasks
 from .table import csv_tasks, parse_types
 from .table import encoder as row_encoder
 
@@ -39,6 +42,7 @@ __all__ = [
     "convert_csv",
     "convert_image_folder",
     "convert_voc",
+    "convert_voc_segmentation",
     "parse_types",
     "read_label_map",
     "write_label_map",
@@ -114,6 +118,7 @@ def convert_coco(
     label_map: LabelMap | str | None = None,
     drop_empty: bool = False,
     segmentation: bool = False,
+    masks: bool = False,
     reencode: bool = False,
     **write: Any,
 ) -> ConversionResult:
@@ -121,9 +126,16 @@ def convert_coco(
     layout: image/*, image/source_id (the COCO image id), image/object/bbox/{xmin,xmax,ymin,ymax}
     normalized to [0, 1], image/object/class/{label,text}, image/object/area,
     image/object/is_crowd; with ``segmentation``, the polygons as
-    image/object/polygon/{vertices (normalized x, y pairs), num_vertices, object}.
+    image/object/polygon/{vertices (normalized x, y pairs), num_vertices, object}; with
+    ``masks``, each object's instance mask (from its polygons or RLE, crowds' too, rasterized
+    by pycocotools: the ``coco`` extra) as image/object/mask, a PNG per box (0 / 1, the
+    image's size), as the Object Detection API's ``create_coco_tf_record --include_masks``
+    writes them. A malformed segmentation, or an RLE of another size than its image, fails
+    its record. Decode with :func:`torch_tfrecord.vision.detection_spec` ``(masks=True)``.
     Images without annotations are kept unless ``drop_empty``.
     """
+    if masks:
+        mask_api()  # no pycocotools: the ImportError naming the extra, before any work
     options = _options(out_dir, write)
     text = _read_text(annotations, options.storage_options)
     tasks, labels = coco_tasks(
@@ -133,6 +145,7 @@ def convert_coco(
         label_map=_label_map(label_map, options.storage_options),
         drop_empty=drop_empty,
         with_polygons=segmentation,
+        with_masks=masks,
     )
     encode = detection_encoder(reencode=reencode, with_polygons=segmentation)
     return _finish(write_records(tasks, encode, options), labels, options)
@@ -170,6 +183,36 @@ def convert_voc(
     )
     encode = detection_encoder(reencode=reencode)
     return _finish(write_records(tasks, encode, options), labels, options)
+
+
+def convert_voc_segmentation(
+    voc_dir: str,
+    out_dir: str,
+    *,
+    image_set: str | None = None,
+    objects: bool = False,
+    label_map: LabelMap | str | None = None,
+    reencode: bool = False,
+    **write: Any,
+) -> ConversionResult:
+    """Converts Pascal VOC segmentation masks, one record per mask of ``voc_dir/SegmentationClass``
+    (or per id of ``ImageSets/Segmentation/{image_set}.txt``), its image from ``JPEGImages/``.
+
+    Each record: the image as :func:`convert_image_folder` stores it, image/source_id, and
+    image/segmentation/class/encoded, a grey PNG of the mask's class indices (0 background,
+    1..20 VOC's classes, or the ids of ``label_map``; 255 VOC's boundary); with ``objects``,
+    image/segmentation/object/encoded, the instance indices of ``SegmentationObject/``. A mask
+    value that is no class id fails its record. Decode with
+    :func:`torch_tfrecord.vision.segmentation_spec`.
+    """
+    options = _options(out_dir, write)
+    tasks, labels = segmentation_tasks(
+        voc_dir,
+        image_set=image_set,
+        objects=objects,
+        label_map=_label_map(label_map, options.storage_options),
+    )
+    return _finish(write_records(tasks, segmentation_encoder(reencode=reencode), options), labels, options)
 
 
 def convert_csv(

@@ -45,8 +45,10 @@ def encode_detection(
     boxes: Sequence[Box],
     *,
     with_polygons: bool = False,
+    masks: Sequence[bytes] | None = None,
 ) -> bytes:
-    """A serialized Example in the Object Detection API layout, boxes normalized to [0, 1]."""
+    """A serialized Example in the Object Detection API layout, boxes normalized to [0, 1];
+    ``masks``: one PNG per box, stored as image/object/mask."""
     w, h = float(info.width), float(info.height)
     features = {
         "image/encoded": BytesList([data]),
@@ -80,4 +82,8 @@ def encode_detection(
         features["image/object/polygon/vertices"] = FloatList(vertices)
         features["image/object/polygon/num_vertices"] = Int64List(counts)
         features["image/object/polygon/object"] = Int64List(owners)
+    if masks is not None:
+        if len(masks) != len(boxes):
+            raise ValueError(f"{len(masks)} masks for {len(boxes)} boxes")
+        features["image/object/mask"] = BytesList(list(masks))
     return encode_example(features)

@@ -4,6 +4,7 @@ Parsing the annotations is pure (JSON / XML text in, one :class:`DetectionTask` 
 reading the images and encoding happen per task, in worker processes. Boxes are checked against
 the image's size read from its header: a box outside the image, an unknown class, a missing or
 unreadable image each fail their record with a message that names the file and the record.
+COCO's instance masks are rasterized there too, at the image's size (see ``masks.py``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..label_map import LabelMap
 from ._features import Box, encode_detection, load_image
 from ._write import ConversionError
-from .label_map import LabelMap
+from .masks import instance_mask, mask_png
 
 __all__ = ["DetectionTask", "coco_tasks", "encode_task", "voc_tasks"]
 
@@ -38,6 +40,8 @@ class DetectionTask:
     width: int | None = None  # as the annotations say, checked against the image
     height: int | None = None
     error: str | None = None  # found while parsing the annotations
+    # COCO with masks: per box, its annotation's id and segmentation (polygons or RLE)
+    masks: tuple[tuple[Any, Any], ...] | None = None
 
 
 def _fail(task: DetectionTask, problem: str) -> ConversionError:
@@ -63,6 +67,8 @@ def encode_task(task: DetectionTask, *, reencode: bool, with_polygons: bool) -> 
                 f"the annotations say {task.width}x{task.height} but {task.path!r} is "
                 f"{info.width}x{info.height}",
             )
+        if task.masks is not None:
+            raise _fail(task, f"reencoding {task.path!r} rotates it (EXIF orientation): its masks would not")
     boxes = []
     for number, box in enumerate(task.boxes):
         if not (
@@ -83,7 +89,17 @@ def encode_task(task: DetectionTask, *, reencode: bool, with_polygons: bool) -> 
                 y1=min(float(info.height), box.y1),
             )
         )
-    return encode_detection(data, info, task.filename, task.source_id, boxes, with_polygons=with_polygons)
+    masks = None
+    if task.masks is not None:
+        masks = []
+        for annotation_id, segmentation in task.masks:
+            try:
+                masks.append(mask_png(instance_mask(segmentation, info.height, info.width)))
+            except ValueError as problem:
+                raise _fail(task, f"annotation {annotation_id}: {problem}") from None
+    return encode_detection(
+        data, info, task.filename, task.source_id, boxes, with_polygons=with_polygons, masks=masks
+    )
 
 
 def encoder(*, reencode: bool = False, with_polygons: bool = False) -> functools.partial[bytes]:
@@ -102,8 +118,10 @@ def coco_tasks(
     label_map: LabelMap | None = None,
     drop_empty: bool = False,
     with_polygons: bool = False,
+    with_masks: bool = False,
 ) -> tuple[list[DetectionTask], LabelMap]:
-    """One task per COCO image (sorted by image id) and the label map used.
+    """One task per COCO image (sorted by image id) and the label map used; ``with_masks``
+    gives each task its annotations' segmentations, rasterized when it is encoded.
 
     Without ``label_map``, the categories sorted by COCO id get contiguous ids from 1 (COCO's
     own ids have gaps); with one, categories are matched to it by name.
@@ -168,6 +186,7 @@ def coco_tasks(
                 width=_int_or_none(image.get("width")),
                 height=_int_or_none(image.get("height")),
                 error=failure,
+                masks=tuple((a.get("id", "?"), a.get("segmentation")) for a in found) if with_masks else None,
             )
         )
     return tasks, label_map

@@ -7,9 +7,9 @@ import functools
 import os
 
 from ..encode import BytesList, Int64List, encode_example
+from ..label_map import LabelMap
 from ._features import load_image
 from ._write import ConversionError
-from .label_map import LabelMap
 
 __all__ = ["IMAGE_SUFFIXES", "ImageTask", "encode_image_task", "image_folder_tasks"]
 

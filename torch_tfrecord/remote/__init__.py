@@ -6,7 +6,7 @@
 - :mod:`.upload`: :class:`Upload`, objects that appear only when committed.
 """
 
-from .ranged import RemoteFile, coalesce
+from .ranged import RemoteFile, RequestCounter, coalesce
 from .retry import RetryPolicy, is_transient, retrying, set_retry_policy
 from .upload import Upload
 from .urls import (
@@ -26,6 +26,7 @@ from .urls import (
 
 __all__ = [
     "RemoteFile",
+    "RequestCounter",
     "RetryPolicy",
     "StorageOptions",
     "Upload",

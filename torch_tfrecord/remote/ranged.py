@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 from .retry import retrying
 from .urls import StorageOptions, filesystem
 
-__all__ = ["RemoteFile", "coalesce"]
+__all__ = ["RemoteFile", "RequestCounter", "coalesce"]
 
 
 _READ_AHEAD = 8 << 20
@@ -41,6 +41,29 @@ def coalesce(
     return requests
 
 
+class RequestCounter:
+    """Ranged requests made through several :class:`RemoteFile` objects, counted under a lock.
+
+    Every file adds to it as its requests are made, so a file let go while another thread
+    still reads through it is counted all the same.
+    """
+
+    def __init__(self) -> None:
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self, requests: int) -> None:
+        with self._lock:
+            self.value += requests
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"value": self.value}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.value = state["value"]
+        self._lock = threading.Lock()
+
+
 class RemoteFile:
     """Byte ranges of one remote object, with request merging, read-ahead and retries.
 
@@ -53,6 +76,7 @@ class RemoteFile:
         storage_options: for the file system.
         read_ahead: bytes fetched ahead when requests follow one another through the file.
         max_gap: neighbouring ranges at most this far apart are read in one request.
+        counter: also counts this file's requests (shared by the files of a dataset).
     """
 
     def __init__(
@@ -63,8 +87,10 @@ class RemoteFile:
         *,
         read_ahead: int = _READ_AHEAD,
         max_gap: int = _MAX_GAP,
+        counter: RequestCounter | None = None,
     ) -> None:
         self.url = url
+        self.counter = counter
         self.size = size
         self.storage_options = dict(storage_options or {})
         self.read_ahead = read_ahead
@@ -90,6 +116,11 @@ class RemoteFile:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def _count(self, requests: int) -> None:
+        self.requests += requests
+        if self.counter is not None:
+            self.counter.add(requests)
+
     def _filesystem(self) -> tuple[Any, str]:
         if self._pid != os.getpid():
             # Forked (a DataLoader worker): the parent's event loop, connections and read-ahead
@@ -107,7 +138,7 @@ class RemoteFile:
         what = f"reading bytes {start}..{end}"
 
         def call() -> bytes:
-            self.requests += 1
+            self._count(1)
             return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
 
         return retrying(call, self.url, what)
@@ -122,7 +153,7 @@ class RemoteFile:
 
         def call() -> None:
             nonlocal missing
-            self.requests += len(missing)
+            self._count(len(missing))
             answers = fs.cat_ranges(
                 [path] * len(missing),
                 [spans[i][0] for i in missing],

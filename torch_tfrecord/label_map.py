@@ -16,7 +16,7 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
-from ..errors import TFRecordError
+from .errors import TFRecordError
 
 __all__ = ["LabelMap", "LabelMapError"]
 

@@ -1,0 +1,231 @@
+"""GZIP shards read and decoded: TFRecordDataset against TensorFlow's tf.data, same files, same run.
+
+Data: 8 GZIP shards x 25,000 Examples (an int64 label, 16 floats, 50-400 text bytes; ~300 B
+each, ~60 MB uncompressed), written with Python's gzip module (level 6, what
+tf.io.TFRecordOptions("GZIP") writes), each with its compressed index (`tfrecord-index build`).
+Everything runs on one core and from the page cache:
+
+- TensorFlow: tf.data.TFRecordDataset(files, compression_type="GZIP").batch(256)
+  .map(tf.io.parse_example), private thread pool of 1, intra/inter-op threads 1 (run under
+  --tf-python, a venv with tensorflow-cpu; timed inside that process, start-up excluded);
+- ours: TFRecordDataset(batch_size=256) with shuffle=False, "shards" and "block:K", iterated in
+  the main process (num_workers=0) with torch.set_num_threads(1).
+
+Rounds are interleaved (every pipeline once per round) because the machine may be shared: the
+table gives medians over rounds and ratios against TensorFlow's median of the same run, in wall
+time and in CPU time of the process (all its threads; less disturbed by other load). Then
+raw inflate throughput of the same files (zlib, ISA-L, zlib-ng, rapidgzip on one thread), to
+show what bounds the read.
+
+    python benchmarks/bench_compressed.py --tf-python /tmp/tfvenv/bin/python [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import os
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tensorflow import run_script
+
+import torch_tfrecord as tt
+
+SHARDS = 8
+RECORDS = 25_000
+BATCH = 256
+SPEC = {
+    "label": tt.FixedLen((), torch.int64),
+    "x": tt.FixedLen((16,), torch.float32),
+    "text": tt.FixedLen((), bytes),
+}
+
+TF_SCRIPT = """
+import sys, time
+import tensorflow as tf
+tf.config.threading.set_intra_op_parallelism_threads(1)
+tf.config.threading.set_inter_op_parallelism_threads(1)
+features = {
+    "label": tf.io.FixedLenFeature([], tf.int64),
+    "x": tf.io.FixedLenFeature([16], tf.float32),
+    "text": tf.io.FixedLenFeature([], tf.string),
+}
+options = tf.data.Options()
+options.threading.private_threadpool_size = 1
+options.threading.max_intra_op_parallelism = 1
+ds = (
+    tf.data.TFRecordDataset(sys.argv[1:], compression_type="GZIP")
+    .batch(256)
+    .map(lambda records: tf.io.parse_example(records, features))
+    .with_options(options)
+)
+for batch in ds.take(2):
+    pass
+start, cpu = time.perf_counter(), time.process_time()
+n = 0
+for batch in ds:
+    n += int(batch["label"].shape[0])
+print(n, time.perf_counter() - start, time.process_time() - cpu)
+"""
+
+
+def make_shards(directory: str) -> list[str]:
+    rng = np.random.default_rng(0)
+    words = np.array([b"alpha", b"beta", b"gamma", b"delta", b"epsilon", b"zeta", b"eta", b"theta"])
+    paths = []
+    for shard in range(SHARDS):
+        path = os.path.join(directory, f"train-{shard:05d}-of-{SHARDS:05d}.tfrecord.gz")
+        paths.append(path)
+        if os.path.exists(path):
+            if not os.path.exists(path + ".cidx"):
+                tt.save_compressed_index(tt.build_compressed_index(path), path + ".cidx")
+            continue
+        plain = path[: -len(".gz")]
+        with tt.ExampleWriter(plain) as writer:
+            for i in range(RECORDS):
+                text = b" ".join(rng.choice(words, int(rng.integers(8, 60))).tolist())
+                x = rng.random(16, dtype=np.float32)
+                writer.write({"label": shard * RECORDS + i, "x": x, "text": text})
+        with open(plain, "rb") as f:
+            data = f.read()
+        with open(path, "wb") as f:
+            f.write(gzip.compress(data, 6))
+        os.remove(plain)
+        tt.save_compressed_index(tt.build_compressed_index(path), path + ".cidx")
+    return paths
+
+
+def ours(paths: list[str], shuffle: Any) -> tuple[int, float, float]:
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=BATCH, shuffle=shuffle, drop_last=False)
+    start, cpu = time.perf_counter(), time.process_time()
+    n = sum(len(batch["label"]) for batch in ds)
+    return n, time.perf_counter() - start, time.process_time() - cpu
+
+
+def tensorflow(tf_python: str, paths: list[str]) -> tuple[int, float, float]:
+    n, seconds, cpu = run_script(tf_python, TF_SCRIPT, *paths)
+    return int(n), float(seconds), float(cpu)
+
+
+def inflate_rates(paths: list[str]) -> dict[str, float]:
+    """MB/s of uncompressed output, each inflater over all shards once."""
+    blobs = []
+    for path in paths:
+        with open(path, "rb") as f:
+            blobs.append(f.read())
+    total = sum(len(gzip.decompress(blob)) for blob in blobs[:1]) * len(blobs)
+
+    def stream(module: Any) -> Callable[[], None]:
+        def run() -> None:
+            for blob in blobs:
+                inflater = module.decompressobj(31)
+                for at in range(0, len(blob), 1 << 20):
+                    inflater.decompress(blob[at : at + (1 << 20)])
+
+        return run
+
+    def rapid() -> None:
+        import rapidgzip
+
+        for path in paths:
+            with rapidgzip.RapidgzipFile(path, parallelization=1) as f:
+                while f.read(1 << 20):
+                    pass
+
+    candidates: dict[str, Callable[[], None]] = {"zlib": stream(zlib), "rapidgzip (1 thread)": rapid}
+    for label, module_name in (("isal", "isal.isal_zlib"), ("zlib-ng", "zlib_ng.zlib_ng")):
+        try:
+            module = __import__(module_name, fromlist=["decompressobj"])
+        except ImportError:
+            continue
+        candidates[label] = stream(module)
+    rates = {}
+    for label, run in candidates.items():
+        seconds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - start)
+        rates[label] = total / statistics.median(seconds) / 1e6
+    return rates
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--tf-python", default="/tmp/tfvenv/bin/python")
+    parser.add_argument("--dir")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-gz-")
+    os.makedirs(directory, exist_ok=True)
+    torch.set_num_threads(1)
+    paths = make_shards(directory)
+    compressed = sum(os.path.getsize(p) for p in paths)
+    index_bytes = sum(os.path.getsize(p + ".cidx") for p in paths)
+    start = time.perf_counter()
+    tt.build_compressed_index(paths[0])
+    build_seconds = (time.perf_counter() - start) * len(paths)
+    pipelines: dict[str, Callable[[], tuple[int, float, float]]] = {
+        "tensorflow tf.data GZIP + parse_example": lambda: tensorflow(args.tf_python, paths),
+        "ours shuffle=False": lambda: ours(paths, False),
+        'ours shuffle="shards"': lambda: ours(paths, "shards"),
+        'ours shuffle="block:1024"': lambda: ours(paths, "block:1024"),
+        'ours shuffle="block:8192"': lambda: ours(paths, "block:8192"),
+        'ours shuffle="block:65536"': lambda: ours(paths, "block:65536"),
+    }
+    for run in pipelines.values():  # warm-up: page cache, imports
+        run()
+    seconds: dict[str, list[float]] = {label: [] for label in pipelines}
+    cpu_seconds: dict[str, list[float]] = {label: [] for label in pipelines}
+    counts: dict[str, int] = {}
+    for _ in range(args.rounds):
+        for label, run in pipelines.items():
+            n, elapsed, cpu = run()
+            counts[label] = n
+            seconds[label].append(elapsed)
+            cpu_seconds[label].append(cpu)
+    medians = {label: statistics.median(values) for label, values in seconds.items()}
+    cpu_medians = {label: statistics.median(values) for label, values in cpu_seconds.items()}
+    peer = "tensorflow tf.data GZIP + parse_example"
+    base = "ours shuffle=False"
+    print(
+        f"{SHARDS} GZIP shards, {SHARDS * RECORDS:,} records, {compressed / 1e6:.1f} MB compressed; "
+        f"compressed indexes {index_bytes / 1e3:.0f} kB, built in ~{build_seconds:.1f} s; "
+        f"{args.rounds} interleaved rounds, one core"
+    )
+    print(
+        f"{'pipeline':42} {'records':>8} {'wall s':>7} {'records/s':>10} {'x TF':>5} {'/ False':>7}"
+        f" {'CPU s':>6} {'x TF':>5} {'/ False':>7}"
+    )
+    for label, value in medians.items():
+        rate = counts[label] / value
+        cpu = cpu_medians[label]
+        cpu_ratio = (counts[label] / cpu) / (counts[peer] / cpu_medians[peer])
+        print(
+            f"{label:42} {counts[label]:>8} {value:>7.3f} {rate:>10,.0f} "
+            f"{rate / (counts[peer] / medians[peer]):>5.2f} {value / medians[base]:>7.2f} {cpu:>6.3f} "
+            f"{cpu_ratio:>5.2f} {cpu / cpu_medians[base]:>7.2f}"
+        )
+    print(
+        "(medians over rounds; x TF: records/s against TensorFlow's; / False: time against ours "
+        "with shuffle=False)"
+    )
+    print(f"\n{'inflate, uncompressed output':30} {'MB/s':>8}")
+    for label, rate in inflate_rates(paths).items():
+        print(f"{label:30} {rate:>8.0f}")
+
+
+if __name__ == "__main__":
+    main()

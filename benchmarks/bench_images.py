@@ -1,0 +1,257 @@
+"""Image pipelines, images/s, side by side in one run: decode -> 224x224 -> batches of 32.
+
+Data: N synthetic COCO-sized photos (640x480 JPEG, quality 85: smooth gradients, discs and
+sensor noise, ~70 KB each, not flat colour) in an image folder of 10 classes, converted with
+`torch-tfrecord convert image-folder` into 4 shards. Every pipeline reads them from the page
+cache (a warm-up pass first) and yields uint8 batches [32, 3, 224, 224] (TensorFlow: float
+[32, 224, 224, 3], what tf.image.resize returns):
+
+- ours, full decode: tt.Image("RGB"), batch mode, 2 workers, the batch transform resizes each
+  image (torchvision.transforms.v2.functional.resize, antialiased) and stacks;
+- ours, fast path: tt.Image(size=224) (reduced-size DCT decode, threads), batch mode, 2 workers;
+  with 0 workers (threads only); sample mode + tt.collate, 2 workers;
+- ours, RandomResizedCrop: tt.Image(size=224, crop="random"), batch mode, 2 workers;
+- TensorFlow tf.data (in --tf-python's interpreter): parse + decode_jpeg + resize,
+  num_parallel_calls=AUTOTUNE, batch, prefetch; and RandomResizedCrop's TF form
+  (sample_distorted_bounding_box + decode_and_crop_jpeg + resize);
+- the `tfrecord` package + Pillow decode/resize in its transform, 2 workers (--tfrecord-path);
+- torchvision ImageFolder on the JPEG files, Pillow resize, 2 workers.
+
+Rounds are interleaved (every pipeline once per round); medians over rounds are printed, with
+each pipeline's ratio to TensorFlow's parse + decode + resize.
+
+    python benchmarks/bench_images.py [--images 2000] [--rounds 3] [--tf-python /tmp/tfvenv/bin/python]
+        [--tfrecord-path /tmp/tfrecord-pkg]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import io
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _tensorflow import run_script
+
+import torch_tfrecord as tt
+
+BATCH = 32
+SIZE = 224
+
+
+def photo(seed: int, width: int = 640, height: int = 480) -> bytes:
+    """A JPEG that codecs treat like a photo: gradients, shapes, noise."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.empty((height, width, 3), np.float32)
+    for c in range(3):
+        a, b, phase = rng.uniform(-1, 1, 3)
+        image[..., c] = (
+            128
+            + 60 * np.sin(x / (40 + 30 * a) + phase) * np.cos(y / (50 + 20 * b))
+            + 40 * np.sin((x + y) / (25 + 10 * c))
+        )
+    for _ in range(6):
+        cx, cy, radius = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(20, 120)
+        inside = (x - cx) ** 2 + (y - cy) ** 2 < radius**2
+        image[inside] = image[inside] * 0.5 + rng.uniform(0, 255, 3) * 0.5
+    image += rng.normal(0, 10, image.shape)
+    buffer = io.BytesIO()
+    Image.fromarray(image.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=85)
+    return buffer.getvalue()
+
+
+def make_data(root: str, count: int) -> tuple[str, list[str]]:
+    folder, out = os.path.join(root, "photos"), os.path.join(root, "records")
+    if not os.path.isdir(out):
+        for i in range(count):
+            os.makedirs(os.path.join(folder, f"class{i % 10}"), exist_ok=True)
+            with open(os.path.join(folder, f"class{i % 10}", f"{i:05d}.jpg"), "wb") as file:
+                file.write(photo(i))
+        subprocess.run(
+            ["torch-tfrecord", "convert", "image-folder", folder, "--out", out, "--shards", "4", "--quiet"],
+            check=True,
+        )
+    shards = sorted(glob.glob(os.path.join(out, "**", "*.tfrecord"), recursive=True))
+    for path in shards:
+        if not os.path.exists(tt.default_index_path(path)):
+            tt.save_index(tt.build_index(path), tt.default_index_path(path))
+    return folder, shards
+
+
+def count_images(batches: Iterable[Any], key: Callable[[Any], torch.Tensor]) -> int:
+    seen = 0
+    for batch in batches:
+        images = key(batch)
+        assert images.shape[-2:] == (SIZE, SIZE) or images.shape[1:3] == (SIZE, SIZE), images.shape
+        seen += len(images)
+    return seen
+
+
+def full_decode_then_resize(batch: dict[str, Any]) -> dict[str, Any]:
+    from torchvision.transforms.v2 import functional as F
+
+    batch["image/encoded"] = torch.stack(
+        [F.resize(image, [SIZE, SIZE], antialias=True) for image in batch["image/encoded"]]
+    )
+    return batch
+
+
+def ours(shards: list[str], spec: tt.Image, *, workers: int, batch_mode: bool, transform: Any = None) -> int:
+    features = {"image/encoded": spec, "image/class/label": tt.FixedLen((), torch.int64)}
+    if batch_mode:
+        dataset = tt.TFRecordDataset(shards, spec=features, batch_size=BATCH, transform=transform, seed=0)
+        loader = DataLoader(dataset, batch_size=None, num_workers=workers)
+    else:
+        dataset = tt.TFRecordDataset(shards, spec=features, seed=0)
+        loader = DataLoader(dataset, batch_size=BATCH, num_workers=workers, collate_fn=tt.collate)
+    return count_images(loader, lambda batch: batch["image/encoded"])
+
+
+class _PillowResize:
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        from PIL import Image
+
+        with Image.open(io.BytesIO(sample["image/encoded"])) as image:
+            resized = image.convert("RGB").resize((SIZE, SIZE), Image.BILINEAR)
+        return {"image": torch.from_numpy(np.asarray(resized).copy()).permute(2, 0, 1)}
+
+
+def tfrecord_package(shards: list[str], tfrecord_path: str) -> int:
+    sys.path.insert(0, tfrecord_path)
+    from tfrecord.torch.dataset import TFRecordDataset  # the `tfrecord` package
+
+    chained = torch.utils.data.ChainDataset(
+        [
+            TFRecordDataset(
+                path, tt.default_index_path(path), {"image/encoded": "byte"}, transform=_PillowResize()
+            )
+            for path in shards
+        ]
+    )
+    loader = DataLoader(chained, batch_size=BATCH, num_workers=2)
+    return count_images(loader, lambda batch: batch["image"])
+
+
+def image_folder(folder: str) -> int:
+    from torchvision import datasets, transforms
+
+    dataset = datasets.ImageFolder(
+        folder, transforms.Compose([transforms.Resize((SIZE, SIZE)), transforms.PILToTensor()])
+    )
+    loader = DataLoader(dataset, batch_size=BATCH, num_workers=2, shuffle=True)
+    return count_images(loader, lambda batch: batch[0])
+
+
+TF_SCRIPT = r"""
+import sys, time, tensorflow as tf
+shards, crop = sys.argv[1].split(","), sys.argv[2] == "crop"
+features = {
+    "image/encoded": tf.io.FixedLenFeature([], tf.string),
+    "image/class/label": tf.io.FixedLenFeature([], tf.int64),
+}
+def full(record):
+    example = tf.io.parse_single_example(record, features)
+    image = tf.io.decode_jpeg(example["image/encoded"], channels=3)
+    return tf.image.resize(image, [224, 224], antialias=True), example["image/class/label"]
+def random_crop(record):
+    example = tf.io.parse_single_example(record, features)
+    shape = tf.io.extract_jpeg_shape(example["image/encoded"])
+    begin, size, _ = tf.image.sample_distorted_bounding_box(
+        shape, tf.zeros([0, 0, 4]), area_range=(0.08, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+        min_object_covered=0.0, max_attempts=10, use_image_if_no_bounding_boxes=True)
+    window = tf.stack([begin[0], begin[1], size[0], size[1]])
+    image = tf.io.decode_and_crop_jpeg(example["image/encoded"], window, channels=3)
+    return tf.image.resize(image, [224, 224], antialias=True), example["image/class/label"]
+ds = tf.data.TFRecordDataset(shards, num_parallel_reads=len(shards)).shuffle(512)
+ds = ds.map(random_crop if crop else full, num_parallel_calls=tf.data.AUTOTUNE)
+ds = ds.batch(32).prefetch(tf.data.AUTOTUNE)
+for _ in ds.take(4): pass
+for _ in range(int(sys.argv[3])):
+    start, seen = time.perf_counter(), 0
+    for images, _ in ds:
+        seen += int(images.shape[0])
+    print(seen / (time.perf_counter() - start))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "tt-bench-images"))
+    parser.add_argument("--images", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tf-python", default="/tmp/tfvenv/bin/python")
+    parser.add_argument("--tfrecord-path", default="/tmp/tfrecord-pkg")
+    args = parser.parse_args()
+    folder, shards = make_data(args.dir, args.images)
+    fast, crop = tt.Image("RGB", size=SIZE), tt.Image("RGB", size=SIZE, crop="random")
+    pipelines: dict[str, Callable[[], int]] = {
+        "ours, batch mode, 2 workers, full decode + resize in the transform": lambda: ours(
+            shards, tt.Image("RGB"), workers=2, batch_mode=True, transform=full_decode_then_resize
+        ),
+        "ours, batch mode, 2 workers, tt.Image(size=224)": lambda: ours(
+            shards, fast, workers=2, batch_mode=True
+        ),
+        "ours, batch mode, 0 workers (threads), tt.Image(size=224)": lambda: ours(
+            shards, fast, workers=0, batch_mode=True
+        ),
+        "ours, sample mode, 2 workers, tt.collate, tt.Image(size=224)": lambda: ours(
+            shards, fast, workers=2, batch_mode=False
+        ),
+        "ours, RandomResizedCrop: tt.Image(size=224, crop='random'), batch, 2 workers": lambda: ours(
+            shards, crop, workers=2, batch_mode=True
+        ),
+        "torchvision ImageFolder + Pillow resize, 2 workers": lambda: image_folder(folder),
+    }
+    if os.path.isdir(args.tfrecord_path):
+        pipelines["`tfrecord` package + Pillow decode/resize, 2 workers"] = lambda: tfrecord_package(
+            shards, args.tfrecord_path
+        )
+    tf_names = {
+        "full": "TensorFlow tf.data: parse + decode_jpeg + resize, AUTOTUNE, prefetch",
+        "crop": "TensorFlow tf.data RandomResizedCrop: sample_distorted_bounding_box + decode_and_crop_jpeg",
+    }
+    rates: dict[str, list[float]] = {name: [] for name in [*pipelines, *tf_names.values()]}
+    for run in pipelines.values():  # warm-up: page cache, imports
+        run()
+    for round_ in range(args.rounds):
+        for name, run in pipelines.items():
+            start = time.perf_counter()
+            seen = run()
+            rates[name].append(seen / (time.perf_counter() - start))
+        if os.path.exists(args.tf_python):
+            for kind, name in tf_names.items():
+                rates[name] += [
+                    float(v) for v in run_script(args.tf_python, TF_SCRIPT, ",".join(shards), kind, "1")
+                ]
+        print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+    average_kb = sum(os.path.getsize(path) for path in shards) / args.images / 1e3
+    reference = statistics.median(rates[tf_names["full"]]) if rates[tf_names["full"]] else None
+    print(
+        f"\n{args.images} images 640x480 (~{average_kb:.0f} KB), "
+        f"batches of {BATCH} at {SIZE}x{SIZE}, {os.cpu_count()} cores, median of {args.rounds} rounds\n"
+    )
+    print("| pipeline | images/s | x TF |\n|---|---|---|")
+    for name, values in rates.items():
+        if values:
+            median = statistics.median(values)
+            ratio = f"{median / reference:.2f}" if reference else "-"
+            print(f"| {name} | {median:.0f} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()

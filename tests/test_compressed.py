@@ -1,0 +1,320 @@
+"""GZIP / ZLIB shards in the datasets: the compressed index, seek points, reads, damage.
+
+Golden shards written by TensorFlow live in tests/data/compressed (tests/data/make_compressed_golden.py);
+larger ones, to have many seek points, are written here with Python's gzip / zlib modules.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import shutil
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import torch_tfrecord as tt
+from torch_tfrecord.compressed_index import (
+    COMPRESSED_INDEX_SUFFIX,
+    decode_compressed_index,
+    default_compressed_index_path,
+    encode_compressed_index,
+)
+from torch_tfrecord.framing import encode_record
+from torch_tfrecord.inflate import SEGMENT, CompressedShard
+
+pytest.importorskip("rapidgzip")
+
+GOLDEN = Path(__file__).parent / "data" / "compressed"
+EXPECTED: dict[str, Any] = json.loads((GOLDEN / "expected.json").read_text())
+SPEC = {
+    "id": tt.FixedLen((), torch.int64),
+    "text": tt.FixedLen((), bytes),
+    "vec": tt.FixedLen((3,), torch.float32),
+}
+ID_SPEC = {"id": tt.FixedLen((), torch.int64)}
+NAMES = sorted(EXPECTED)  # record ids count through the shards in this order
+
+
+@pytest.fixture
+def golden_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "golden"
+    shutil.copytree(GOLDEN, folder)
+    (folder / "expected.json").unlink()
+    return folder
+
+
+def _expected_ids() -> list[int]:
+    return [i for name in NAMES for i in EXPECTED[name]["id"]]
+
+
+def _samples(batches: list[dict[str, Any]]) -> dict[int, tuple[str, list[float], int, bool]]:
+    """id -> (text, vec, record id, padding) for every sample of the batches."""
+    out = {}
+    for batch in batches:
+        for i, text, vec, record, pad in zip(
+            batch["id"].tolist(),
+            batch["text"],
+            batch["vec"].tolist(),
+            batch["_record_id"].tolist(),
+            batch["_padding"].tolist(),
+            strict=True,
+        ):
+            if not pad:
+                assert i not in out
+                out[i] = (text.decode(), vec, record, pad)
+    return out
+
+
+@pytest.mark.parametrize("shuffle", [False, "shards", "block:7", "global"])
+def test_tensorflow_written_shards_read_as_tensorflow_parses_them(golden_dir: Path, shuffle: Any) -> None:
+    ds = tt.TFRecordDataset(golden_dir, spec=SPEC, batch_size=8, shuffle=shuffle, drop_last=False, seed=3)
+    assert ds.files.shard_sizes == tuple(len(EXPECTED[name]["id"]) for name in NAMES)
+    assert sorted(ds.files.compressed) == [1, 2, 3]  # plain, GZIP, ZLIB (no suffix), GZIP
+    got = _samples(list(DataLoader(ds, batch_size=None, num_workers=2)))
+    ids = _expected_ids()
+    assert sorted(got) == sorted(ids)
+    for name in NAMES:
+        expected = EXPECTED[name]
+        for i, text, vec in zip(expected["id"], expected["text"], expected["vec"], strict=True):
+            assert got[i][0] == text and got[i][1] == pytest.approx(vec) and got[i][2] == ids.index(i)
+
+
+def test_no_index_scans_once_and_logs(golden_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="torch_tfrecord.shards"):
+        tt.TFRecordDataset(golden_dir / "b-gzip.tfrecord.gz", spec=SPEC)
+    assert (
+        "no index for" in caplog.text
+        and "b-gzip.tfrecord.gz" in caplog.text
+        and "(41 records)" in caplog.text
+    )
+
+
+def test_index_file_round_trip_and_is_not_a_plain_index(golden_dir: Path) -> None:
+    path = golden_dir / "c-zlib.tfrecord"
+    index = tt.build_compressed_index(path)
+    assert (
+        index.compression == "zlib"
+        and len(index.table) == 29
+        and index.compressed_size == path.stat().st_size
+    )
+    index_path = default_compressed_index_path(path)
+    assert index_path.endswith(".tfrecord" + COMPRESSED_INDEX_SUFFIX) and not index_path.endswith(".idx")
+    tt.save_compressed_index(index, index_path)
+    loaded = tt.load_compressed_index(index_path, data_path=path)
+    assert np.array_equal(loaded.table, index.table) and loaded.seek_points == index.seek_points
+    # The other readers of index files refuse it rather than misread it.
+    with pytest.raises(tt.IndexFormatError):
+        tt.load_index(index_path)
+    with pytest.raises(ValueError):  # the `tfrecord` package reads indexes with np.loadtxt
+        np.loadtxt(index_path, dtype=np.int64)
+    first = Path(index_path).read_bytes().split()[0]
+    with pytest.raises(ValueError):  # DALI parses the first token as an integer offset
+        int(first)
+    # A damaged index file is an IndexFormatError, not a misread.
+    data = bytearray(Path(index_path).read_bytes())
+    data[len(data) // 2] ^= 1
+    with pytest.raises(tt.IndexFormatError, match="checksum"):
+        decode_compressed_index(bytes(data), index_path)
+    # The dataset finds and uses it (no scan).
+    ds = tt.TFRecordDataset(path, spec=SPEC, shuffle=False, batch_size=29)
+    assert next(iter(ds))["id"].tolist() == EXPECTED["c-zlib.tfrecord"]["id"]
+
+
+def test_stale_and_foreign_indexes_are_refused(golden_dir: Path) -> None:
+    b, d = golden_dir / "b-gzip.tfrecord.gz", golden_dir / "d-gzip.tfrecord.gz"
+    foreign = golden_dir / "other.cidx"
+    tt.save_compressed_index(tt.build_compressed_index(d), foreign)
+    with pytest.raises(tt.StaleIndexError, match=r"other\.cidx.*does not describe.*b-gzip\.tfrecord\.gz"):
+        tt.TFRecordDataset(b, spec=SPEC, index={str(b): str(foreign)})
+    # Same size, other content: the checksum trailer tells them apart.
+    tt.save_compressed_index(tt.build_compressed_index(b), default_compressed_index_path(b))
+    data = bytearray(b.read_bytes())
+    data[-8:] = bytes(8)
+    b.write_bytes(bytes(data))
+    with pytest.raises(tt.StaleIndexError, match="checksum trailer"):
+        tt.TFRecordDataset(b, spec=SPEC)
+    # Appended to: the size differs.
+    d_index = default_compressed_index_path(d)
+    tt.save_compressed_index(tt.build_compressed_index(d), d_index)
+    with open(d, "ab") as f:
+        f.write(gzip.compress(encode_record(b"more")))
+    with pytest.raises(tt.StaleIndexError, match="rebuild it"):
+        tt.TFRecordDataset(d, spec=SPEC)
+
+
+def _big_shard(path: Path, records: int, compression: str) -> list[bytes]:
+    """A compressed shard of poorly compressible records (so it spans many seek points)."""
+    rng = np.random.default_rng(len(path.name))
+    payloads = [
+        tt.encode_example({"id": i, "text": rng.bytes(int(rng.integers(200, 2000))), "vec": [0.0, 1.0, 2.0]})
+        for i in range(records)
+    ]
+    raw = b"".join(encode_record(p) for p in payloads)
+    path.write_bytes(gzip.compress(raw, 1) if compression == "gzip" else zlib.compress(raw, 1))
+    return payloads
+
+
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_seek_points_reach_a_record_without_inflating_from_the_start(
+    tmp_path: Path, compression: str
+) -> None:
+    path = tmp_path / f"big.tfrecord.{'gz' if compression == 'gzip' else 'zz'}"
+    payloads = _big_shard(path, 3000, compression)
+    index = tt.build_compressed_index(path, spacing=64 << 10)
+    assert index.uncompressed_size > 3 * SEGMENT and len(index.seek_points) > 0
+    shard = CompressedShard(str(path), index)
+    last = len(payloads) - 1
+    offset, framed = (int(v) for v in index.table[last])
+    (record,) = shard.read_ranges([offset], [framed])
+    assert record[12:-4] == payloads[last]
+    assert shard.segments_inflated == 1  # one segment, reached through a seek point
+    shard.close()
+    # The datasets: each segment is inflated once in file order, and once per block window.
+    for shuffle in (False, "shards", "block:300"):
+        ds = tt.TFRecordDataset(
+            path,
+            spec=ID_SPEC,
+            index={str(path): index_path(tmp_path, path, index)},
+            batch_size=100,
+            shuffle=shuffle,
+            drop_last=False,
+        )
+        ids = [i for batch in ds for i in batch["id"].tolist()]
+        assert sorted(ids) == list(range(3000))
+        inflated = sum(s.segments_inflated for s in ds.files._inflaters.values())
+        assert inflated == -(-index.uncompressed_size // SEGMENT), shuffle
+    # Random access (IndexedTFRecordDataset, "global"): correct, through the seek points.
+    indexed = tt.IndexedTFRecordDataset(
+        path, spec=ID_SPEC, index={str(path): index_path(tmp_path, path, index)}
+    )
+    order = np.random.default_rng(0).permutation(3000)[:50].tolist()
+    assert [int(s["id"]) for s in indexed.__getitems__(order)] == order
+
+
+def index_path(folder: Path, data: Path, index: tt.CompressedIndex) -> str:
+    target = folder / (data.name + ".saved.cidx")
+    tt.save_compressed_index(index, target)
+    return str(target)
+
+
+def test_plain_and_compressed_shards_mix_under_every_shuffle(golden_dir: Path) -> None:
+    ids = sorted(_expected_ids())
+    for shuffle in (False, "shards", "global", "block:5"):
+        orders = []
+        for epoch in (0, 0, 1, 2):
+            ds = tt.TFRecordDataset(
+                golden_dir, spec=SPEC, batch_size=5, shuffle=shuffle, seed=2, drop_last=False
+            )
+            ds.set_epoch(epoch)
+            got = [i for b in ds for i, p in zip(b["id"].tolist(), b["_padding"].tolist()) if not p]
+            assert sorted(got) == ids
+            orders.append(got)
+        assert orders[0] == orders[1]
+        assert (orders[0] == orders[2] == orders[3]) == (shuffle is False)
+
+
+def _damage(path: Path, at: float, length: int = 64) -> None:
+    data = bytearray(path.read_bytes())
+    start = int(len(data) * at)
+    data[start : start + length] = bytes(b ^ 0x5A for b in data[start : start + length])
+    path.write_bytes(bytes(data))
+
+
+def test_truncated_gzip_shard_names_file_and_record_or_is_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cut.tfrecord.gz"
+    _big_shard(path, 800, "gzip")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(tt.TFRecordError, match=r"cut\.tfrecord\.gz.*record \d+") as raised:
+        tt.TFRecordDataset(path, spec=ID_SPEC)
+    assert isinstance(raised.value, tt.CorruptRecordError) and 0 < raised.value.record < 800
+    with caplog.at_level(logging.WARNING):
+        ds = tt.TFRecordDataset(path, spec=ID_SPEC, on_error="skip", batch_size=50, shuffle=False)
+    assert "skipping the rest of" in caplog.text and "cut.tfrecord.gz" in caplog.text
+    kept = ds.num_records
+    assert 0 < kept < 800
+    assert [i for b in ds for i in b["id"].tolist()] == list(range(kept // 50 * 50))
+
+
+def test_corrupt_deflate_block_names_file_and_record_or_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "bad.tfrecord.gz"
+    _big_shard(path, 3000, "gzip")
+    index = tt.build_compressed_index(path, spacing=64 << 10)
+    tt.save_compressed_index(index, default_compressed_index_path(path))
+    _damage(path, 0.5, 64)  # same size and trailer: the index still fits the file
+    ds = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=500, shuffle=False)
+    with pytest.raises(tt.TFRecordError, match=r"bad\.tfrecord\.gz.*record \d+"):
+        list(ds)
+    # The damage costs the records of the inflated segment (1 MiB) that holds it: ~900 here.
+    skipping = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=1500, shuffle=False, on_error="skip")
+    batches = list(skipping)
+    assert len(batches) == len(skipping) == 2 and all(len(b["id"]) == 1500 for b in batches)
+    padding = sum(int(b["_padding"].sum()) for b in batches)
+    real = [i for b in batches for i, p in zip(b["id"].tolist(), b["_padding"].tolist()) if not p]
+    assert 0 < padding <= SEGMENT // 1000 and len(real) == len(set(real)) == 3000 - padding
+    assert max(real) == 2999  # the records after the damage are read through a later seek point
+    assert skipping._decoder.skipped == padding
+
+
+def test_without_rapidgzip_the_error_names_the_extra(
+    golden_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "rapidgzip", None)
+    with pytest.raises(ImportError, match="'compressed' extra"):
+        tt.TFRecordDataset(golden_dir / "b-gzip.tfrecord.gz")
+
+
+def test_index_header_is_versioned(golden_dir: Path) -> None:
+    index = tt.build_compressed_index(golden_dir / "d-gzip.tfrecord.gz")
+    data = encode_compressed_index(index)
+    assert data.startswith(b"\x89TFRecord compressed index\r\n\x1a\n")
+    bumped = data.replace(b'"version": 1', b'"version": 9')
+    bumped = bumped[:-4] + zlib.crc32(bumped[:-4]).to_bytes(4, "little")
+    with pytest.raises(tt.IndexFormatError, match="version 9"):
+        decode_compressed_index(bumped)
+
+
+def test_compressed_shards_on_s3_read_as_local_ones(golden_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("s3fs")
+    import fsspec
+    from remote_servers import moto_server, s3_options
+
+    big = golden_dir / "e-big.tfrecord.gz"
+    _big_shard(big, 1500, "gzip")  # several segments and seek points
+    tt.save_compressed_index(
+        tt.build_compressed_index(big, spacing=64 << 10), default_compressed_index_path(big)
+    )
+    with moto_server() as endpoint:
+        options = s3_options(endpoint)
+        fs = fsspec.filesystem("s3", **options)
+        fs.mkdir("bucket")
+        for path in sorted(golden_dir.iterdir()):
+            fs.put_file(str(path), f"bucket/c/{path.name}")
+        spec = {"id": tt.FixedLen((), torch.int64)}
+        for shuffle in (False, "block:64", "global"):
+            remote_ds = tt.TFRecordDataset(
+                "s3://bucket/c/", spec=spec, batch_size=64, shuffle=shuffle, storage_options=options
+            )
+            local_ds = tt.TFRecordDataset(golden_dir, spec=spec, batch_size=64, shuffle=shuffle)
+            assert sorted(remote_ds.files.compressed) == [1, 2, 3, 4]
+            remote = [b["id"].tolist() for b in DataLoader(remote_ds, batch_size=None, num_workers=2)]
+            assert remote == [b["id"].tolist() for b in local_ds]
+        # The saved index is found beside the object; one without is scanned in memory.
+        url = "s3://bucket/c/d-gzip.tfrecord.gz"
+        tt.save_compressed_index(
+            tt.build_compressed_index(url, storage_options=options), url + ".cidx", options
+        )
+        indexed = tt.IndexedTFRecordDataset("s3://bucket/c/", spec=spec, storage_options=options)
+        assert len(indexed) == 110 + 1500
+        last = len(indexed) - 1
+        assert [int(s["id"]) for s in indexed.__getitems__([109, 0, last, 60])] == [1109, 1000, 1499, 1060]

@@ -1,0 +1,408 @@
+"""Reading GZIP / ZLIB shards by record: one inflating pass to index them, seek points to reach
+a record without inflating from byte 0, and ranges of the uncompressed stream read in order.
+
+Seek points come from rapidgzip (optional extra ``compressed``; imported lazily): it reads GZIP
+*and* ZLIB streams (indexed_gzip reads only GZIP), inflates with ISA-L about as fast as zlib on one
+thread, and exports / imports its checkpoints (bit offset + 32 KiB window each) in indexed_gzip's
+GZIDX format, which :mod:`torch_tfrecord.compressed_index` stores. Python's own ``zlib`` cannot
+start inflating at a bit offset (no ``inflatePrime``), so persisted checkpoints need such a
+library.
+
+A :class:`CompressedShard` keeps the recently inflated 1 MiB segments of its shard, so a run of
+records read in order (``shuffle=False``, ``"shards"``) or a block shuffle's window is inflated
+once, whatever order its records are asked for in.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import logging
+import os
+import threading
+import weakref
+import zlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from contextlib import ExitStack
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from ._extras import install_hint
+from ._scan import Span, scan
+from .compressed_index import CompressedIndex, read_tail
+from .errors import CompressedIndexError, CorruptRecordError, TFRecordError, TruncatedRecordError
+from .framing import FRAME_OVERHEAD
+from .index import index_from_sizes
+from .io import (
+    PathLike,
+    StorageOptions,
+    file_size,
+    is_url,
+    open_binary,
+    open_records_stream,
+    resolve_compression,
+)
+from .reader import OnError
+
+__all__ = ["CHECKPOINT_SPACING", "SEGMENT", "CompressedShard", "build_compressed_index", "open_inflater"]
+
+logger = logging.getLogger(__name__)
+
+SEGMENT = 1 << 20
+"""Bytes of uncompressed stream inflated and cached at a time."""
+CHECKPOINT_SPACING = 4 << 20
+"""Compressed bytes between seek points by default (rapidgzip's chunk size)."""
+_MIN_CACHE = 2 * SEGMENT
+_GATHER_FROM = 32  # records of one segment copied by one numpy gather rather than one by one
+
+
+def _rapidgzip() -> Any:
+    try:
+        import rapidgzip
+    except ImportError:
+        raise ImportError(
+            f"reading GZIP / ZLIB shards by record needs rapidgzip: {install_hint('compressed')}"
+        ) from None
+    return rapidgzip
+
+
+# Open inflaters of this process. rapidgzip runs threads: one still open when the interpreter
+# ends aborts it, and one copied into a forked child has lost them. So all are closed at exit
+# and before a fork (they reopen, from a seek point, on their next read).
+_OPEN: weakref.WeakSet[CompressedShard] = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
+
+
+def _close_all() -> None:
+    with _OPEN_LOCK:
+        shards = list(_OPEN)
+    for shard in shards:
+        shard.close()
+
+
+atexit.register(_close_all)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_close_all)
+
+
+def open_inflater(
+    path: PathLike,
+    storage_options: StorageOptions = None,
+    seek_points: bytes = b"",
+    spacing: int = CHECKPOINT_SPACING,
+) -> Any:
+    """A rapidgzip file over ``path`` (local, or a URL through fsspec) on one thread, with the
+    given seek points (GZIDX bytes) imported. Close it when done."""
+    rapidgzip = _rapidgzip()
+    name = os.fspath(path)
+    source: str | BinaryIO = open_binary(name, storage_options) if is_url(name) else name
+    file = rapidgzip.RapidgzipFile(source, parallelization=1, chunk_size=spacing)
+    if seek_points:
+        file.import_index(io.BytesIO(seek_points))
+    return file
+
+
+class _Inflated(io.RawIOBase):
+    """A rapidgzip file read as a stream whose failures are the ones :func:`scan` names:
+    EOFError for a stream cut short, zlib.error for damage."""
+
+    def __init__(self, file: Any) -> None:
+        self._file = file
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return bytes(self._file.read(size))
+        except (RuntimeError, ValueError) as error:  # rapidgzip's errors carry no type of their own
+            raise zlib.error(_short(error)) from error
+
+
+def _short(error: BaseException) -> str:
+    return " ".join(str(error).split())[:300]
+
+
+def build_compressed_index(
+    path: PathLike,
+    *,
+    verify_crc: bool = False,
+    on_error: OnError = "raise",
+    spacing: int = CHECKPOINT_SPACING,
+    storage_options: StorageOptions = None,
+) -> CompressedIndex:
+    """Inflates a GZIP / ZLIB TFRecord file once: where each record starts in the uncompressed
+    stream, and the seek points.
+
+    Args:
+        path: the compressed data file (a path or URL).
+        verify_crc: check every payload's CRC too (length CRCs are always checked).
+        on_error: ``"skip"``: a file damaged or cut short keeps the records before the damage
+            (each checked against its CRCs), and the rest is logged and left out.
+        spacing: compressed bytes between seek points (each costs up to 32 KiB in the index;
+            reaching a record inflates up to about twice this much).
+
+    Raises:
+        CompressedIndexError: the file is not compressed.
+        CorruptRecordError, TruncatedRecordError: the stream or its framing is damaged, naming
+            the record where it happened.
+    """
+    name = os.fspath(path)
+    compression = resolve_compression("auto", name, storage_options)
+    if compression is None:
+        raise CompressedIndexError(f"{name!r} is not compressed: it takes a plain index (tt.build_index)")
+    size = file_size(name, storage_options)
+    tail = read_tail(name, size, storage_options)
+    span = Span(name, 0, None, None, first_record=0)
+    fast = _scan_with_seek_points(name, span, size, verify_crc, spacing, storage_options)
+    if fast is not None:
+        sizes, seek_points = fast
+    else:
+        # Damaged or cut short: rapidgzip loses a damaged chunk whole (and may take a stream
+        # cut short for a shorter one), so inflate again with zlib, which reads up to the
+        # damage, to name the exact record (or keep every record before it). Such a file has
+        # no seek points: it is read from byte 0.
+        sizes, seek_points = array("q"), b""
+        with open_records_stream(name, compression, storage_options) as stream:  # type: ignore[arg-type]
+            try:
+                for payload in scan(stream, span, True):
+                    sizes.append(len(payload) + FRAME_OVERHEAD)
+            except TFRecordError as error:
+                if on_error == "raise":
+                    raise
+                logger.warning("skipping the rest of %r after record %d: %s", name, len(sizes) - 1, error)
+    table = index_from_sizes(np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64))
+    return CompressedIndex(compression, size, tail, table, seek_points, spacing)
+
+
+def _scan_with_seek_points(
+    name: str, span: Span, size: int, verify_crc: bool, spacing: int, storage_options: StorageOptions
+) -> tuple[array[int], bytes] | None:
+    """One rapidgzip pass: the framed sizes and the exported seek points; None when the stream
+    is damaged or does not end where the file does."""
+    sizes = array("q")
+    file = open_inflater(name, storage_options, spacing=spacing)
+    try:
+        for payload in scan(_Inflated(file), span, verify_crc):  # type: ignore[arg-type]
+            sizes.append(len(payload) + FRAME_OVERHEAD)
+        if file.tell_compressed() != 8 * size:  # (in bits) a stream cut short reads as a short one
+            return None
+        buffer = io.BytesIO()
+        file.export_index(buffer)
+        return sizes, buffer.getvalue()
+    except (TFRecordError, RuntimeError, ValueError):
+        return None
+    finally:
+        file.close()
+
+
+class _InflatedFromStart:
+    """The uncompressed stream through Python's zlib, from byte 0: for a shard without seek
+    points (one found damaged), read in order; seeking back starts over."""
+
+    def __init__(self, path: str, compression: str, storage_options: StorageOptions) -> None:
+        self._args = (path, compression, storage_options)
+        self._stack = ExitStack()
+        self._stream: BinaryIO = self._stack.enter_context(open_records_stream(*self._args))  # type: ignore[arg-type]
+        self._position = 0
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int) -> None:
+        if offset < self._position:
+            self.close()
+            self.__init__(*self._args)  # type: ignore[misc]
+        while self._position < offset:
+            self.read(min(offset - self._position, SEGMENT))
+
+    def read(self, size: int) -> bytes:
+        pieces = []
+        wanted = size
+        while wanted > 0:
+            piece = self._stream.read(wanted)
+            if not piece:
+                break
+            pieces.append(piece)
+            wanted -= len(piece)
+        data = b"".join(pieces)
+        self._position += len(data)
+        return data
+
+    def close(self) -> None:
+        self._stack.close()
+
+
+def _spans(starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The indices ``starts[0] .. starts[0] + lengths[0] - 1, starts[1] ..`` in one array."""
+    total = int(lengths.sum())
+    steps = np.ones(total, dtype=np.int64)
+    begins = np.concatenate([[0], np.cumsum(lengths[:-1])])
+    steps[0] = starts[0]
+    steps[begins[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    return np.cumsum(steps)
+
+
+class CompressedShard:
+    """Byte ranges of one compressed shard's uncompressed stream, read through seek points.
+
+    A :class:`~torch_tfrecord.entries.RangeSource`: the datasets read records from it as from a
+    remote file. Recently inflated segments are kept (``cache_bytes``), so ranges read in order
+    or within a window inflate each segment once.
+
+    Args:
+        path: the compressed file.
+        index: its compressed index.
+        storage_options: for the fsspec file system of URLs.
+        cache_bytes: inflated bytes kept (at least two segments).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        index: CompressedIndex,
+        storage_options: StorageOptions = None,
+        cache_bytes: int = _MIN_CACHE,
+    ) -> None:
+        self.path = path
+        self.index = index
+        self.storage_options = storage_options
+        self.cache_bytes = cache_bytes
+        self.segments_inflated = 0
+        self._file: Any = None
+        self._segments: OrderedDict[int, bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
+        """The bytes of each ``[start, start + size)`` of the uncompressed stream.
+
+        Raises:
+            CorruptRecordError, TruncatedRecordError: the stream is damaged where a range lies,
+                naming the record that starts there.
+        """
+        with self._lock:
+            return [self._read(start, size) for start, size in zip(starts, sizes, strict=True)]
+
+    def read_into(
+        self, starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], buffer: bytearray, at: int
+    ) -> None:
+        """Copies the ranges into ``buffer`` back to back from ``at``: one numpy gather per
+        inflated segment that holds many of them (a run read in order), a memoryview copy each
+        for segments that hold few (a block shuffle's batch, scattered over its window).
+
+        Raises:
+            CorruptRecordError, TruncatedRecordError: as :meth:`read_ranges`.
+        """
+        if not len(starts):
+            return
+        with self._lock:
+            out = np.frombuffer(buffer, dtype=np.uint8)
+            targets = at + np.concatenate([[0], np.cumsum(sizes[:-1])])
+            first, last = starts // SEGMENT, (starts + sizes - 1) // SEGMENT
+            inside = (first == last) & (sizes > 0)
+            numbers, counts = np.unique(first[inside], return_counts=True)
+            view = memoryview(buffer)
+            for number, count in zip(numbers.tolist(), counts.tolist(), strict=True):
+                pick = np.flatnonzero(inside & (first == number))
+                data = self._segment(number, int(starts[pick[0]]))
+                sources = starts[pick] - number * SEGMENT
+                if count >= _GATHER_FROM:
+                    lengths = sizes[pick]
+                    segment = np.frombuffer(data, dtype=np.uint8)
+                    out[_spans(targets[pick], lengths)] = segment[_spans(sources, lengths)]
+                    continue
+                source_view = memoryview(data)
+                for target, source, size in zip(
+                    targets[pick].tolist(), sources.tolist(), sizes[pick].tolist(), strict=True
+                ):
+                    view[target : target + size] = source_view[source : source + size]
+            for i in np.flatnonzero(~inside & (sizes > 0)).tolist():  # across a segment boundary
+                target, size = int(targets[i]), int(sizes[i])
+                out[target : target + size] = np.frombuffer(self._read(int(starts[i]), size), dtype=np.uint8)
+
+    def _read(self, start: int, size: int) -> bytes:
+        end = start + size
+        if size <= 0:
+            return b""
+        first, last = start // SEGMENT, (end - 1) // SEGMENT
+        if first == last:
+            segment = self._segment(first, start)
+            return segment[start - first * SEGMENT : end - first * SEGMENT]
+        pieces = [self._segment(number, start) for number in range(first, last + 1)]
+        joined = b"".join(pieces)
+        return joined[start - first * SEGMENT : end - first * SEGMENT]
+
+    def _segment(self, number: int, wanted: int) -> bytes:
+        segment = self._segments.get(number)
+        if segment is not None:
+            self._segments.move_to_end(number)
+            return segment
+        begin = number * SEGMENT
+        length = min(SEGMENT, self.index.uncompressed_size - begin)
+        try:
+            if self._file is None:
+                if self.index.seek_points:
+                    self._file = open_inflater(
+                        self.path, self.storage_options, self.index.seek_points, self.index.spacing
+                    )
+                    with _OPEN_LOCK:
+                        _OPEN.add(self)
+                else:
+                    self._file = _InflatedFromStart(self.path, self.index.compression, self.storage_options)
+            if self._file.tell() != begin:
+                self._file.seek(begin)
+            segment = bytes(self._file.read(length))
+        except (RuntimeError, ValueError, OSError, EOFError, zlib.error) as error:
+            self._drop_file()
+            raise self._damage(
+                wanted, f"the {self.index.compression.upper()} stream is damaged: {_short(error)}"
+            ) from error
+        if len(segment) != length:
+            self._drop_file()
+            raise self._damage(
+                wanted, f"the stream ends at uncompressed byte {begin + len(segment)}", truncated=True
+            )
+        self.segments_inflated += 1
+        self._segments[number] = segment
+        budget = max(self.cache_bytes, _MIN_CACHE)
+        while len(self._segments) * SEGMENT > budget:
+            self._segments.popitem(last=False)
+        return segment
+
+    def _damage(self, offset: int, what: str, truncated: bool = False) -> CorruptRecordError:
+        offsets = self.index.table[:, 0]
+        record = max(0, int(np.searchsorted(offsets, offset, side="right")) - 1)
+        kind = TruncatedRecordError if truncated else CorruptRecordError
+        return kind(
+            f"{self.path!r} cannot be read at record {record} (uncompressed byte {offset}): {what}",
+            path=self.path,
+            offset=offset,
+            record=record,
+        )
+
+    def _drop_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()
+            except (RuntimeError, ValueError, OSError, EOFError, zlib.error):
+                pass
+
+    def close(self) -> None:
+        """Closes the inflater and lets the cached segments go (a later read reopens)."""
+        with self._lock:
+            self._drop_file()
+            self._segments.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_file=None, _segments=OrderedDict(), _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
