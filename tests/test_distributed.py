@@ -6,6 +6,7 @@ that the test then checks. Also runs examples/train_ddp.py under torchrun.
 
 from __future__ import annotations
 
+import collections
 import datetime
 import functools
 import json
@@ -300,3 +301,107 @@ def test_payloads_exactly_once_equal_batches_and_resume(
         assert all(ascending)  # file order
     elif shuffle == "global":
         assert not any(ascending)
+
+
+# Weighted mixing: two sources of their own (files, seed, transform) mixed 70/30 over ranks and
+# workers in real processes; the smaller source is read again in new passes; the state gathered
+# over the process group mid-epoch resumes the rest.
+MIX_SPEC = {"id": tt.FixedLen((), torch.int64), "x": tt.FixedLen((1,), torch.float32)}
+MIX_SIZES = {"web": 40, "books": 9}  # ids 0-39 and 1000-1008
+MIX_EPOCH = 40  # 28 web + 12 books per epoch: books goes through 4 passes in 3 epochs
+
+
+def _double_x(batch: dict[str, Any]) -> dict[str, Any]:
+    return {**batch, "x": batch["x"] * 2}
+
+
+def _mix(folder: str) -> tt.MixedDataset:
+    sources = {
+        "web": tt.TFRecordDataset(f"{folder}/web", spec=MIX_SPEC, seed=1),
+        "books": tt.TFRecordDataset(f"{folder}/books", spec=MIX_SPEC, seed=2, transform=_double_x),
+    }
+    weights = {"web": 0.7, "books": 0.3}
+    return tt.mix(sources, weights, samples_per_epoch=MIX_EPOCH, batch_size=4, drop_last=False)
+
+
+def _mixed_places(batches: list[dict[str, Any]], names: tuple[str, ...]) -> list[list[Any]]:
+    """[source, id, padding, x] of each place of each mixed batch, in order."""
+    places = []
+    for batch in batches:
+        parts = {
+            name: iter(zip(b["id"].tolist(), b["_padding"].tolist(), b["x"][:, 0].tolist(), strict=True))
+            for name, b in batch.items()
+            if name != "_source"
+        }
+        for source in batch["_source"].tolist():
+            record_id, padding, x = next(parts[names[source]])
+            places.append([names[source], record_id, padding, x])
+    return places
+
+
+def _mix_results(folder: str) -> dict[str, Any]:
+    results: dict[str, Any] = {}
+    mixed = _mix(folder)
+    results["len"] = len(mixed)
+    loader = DataLoader(mixed, batch_size=None, num_workers=2, persistent_workers=True)
+    for epoch in range(3):
+        mixed.set_epoch(epoch)
+        results[f"epoch{epoch}"] = _mixed_places(list(loader), mixed.names)
+    # Epoch 2 stopped after 2 batches of a 2-worker loader; the state gathered over the group;
+    # the rest read by a new mix with 1 worker.
+    stopped = _mix(folder)
+    stopped.set_epoch(2)
+    taken = []
+    for step, batch in enumerate(DataLoader(stopped, batch_size=None, num_workers=2)):
+        taken.append(batch)
+        if step == 1:
+            break
+    state = stopped.state_dict(consumed=len(taken), gather=True)
+    resumed = _mix(folder)
+    resumed.load_state_dict(json.loads(json.dumps(state)))
+    results["taken"] = _mixed_places(taken, stopped.names)
+    results["rest"] = _mixed_places(list(DataLoader(resumed, batch_size=None, num_workers=1)), resumed.names)
+    return results
+
+
+@pytest.fixture(scope="module")
+def mix_gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("ddp_mix")
+    for name, first, shard_sizes in (("web", 0, [25, 2, 13]), ("books", 1000, [5, 4])):
+        (folder / name).mkdir()
+        record_id = first
+        for shard, size in enumerate(shard_sizes):
+            with tt.ExampleWriter(folder / name / f"part-{shard}.tfrecord") as writer:
+                for _ in range(size):
+                    writer.write({"id": record_id, "x": [1.0]})
+                    record_id += 1
+    out = folder / "gathered.json"
+    spawn(_rank_main, WORLD_SIZE, (free_port(), str(folder), str(out), _mix_results), TIMEOUT_S)
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def test_mix_in_real_processes_exact_proportions_each_pass_once_and_resume(
+    mix_gathered: list[dict[str, Any]],
+) -> None:
+    assert [r["len"] for r in mix_gathered] == [5, 5]  # 40 places / (2 ranks x 4)
+    seen: dict[str, list[int]] = {"web": [], "books": []}
+    for epoch in range(3):
+        per_rank = [r[f"epoch{epoch}"] for r in mix_gathered]
+        assert [len(places) for places in per_rank] == [20, 20]  # equal batches, no padding needed
+        places = [p for rank in per_rank for p in rank]
+        assert not any(padding for _, _, padding, _ in places)
+        assert collections.Counter(source for source, *_ in places) == {"web": 28, "books": 12}
+        for source, record_id, _, x in places:
+            assert (record_id >= 1000) == (source == "books")  # tagged with the right source
+            assert x == (2.0 if source == "books" else 1.0)  # each source's own transform
+            seen[source].append(record_id)
+    # Each source's passes over ranks and workers: every record once per pass. books (9 records,
+    # 12 places an epoch) is read in new permutations: 36 places = exactly 4 passes.
+    assert collections.Counter(seen["books"]) == {1000 + i: 4 for i in range(9)}
+    web = collections.Counter(seen["web"])  # 84 places = 2 passes of 40 and 4 of a third
+    assert set(web) == set(range(40)) and sorted(web.values()) == [2] * 36 + [3] * 4
+    assert seen["web"][:28] != sorted(seen["web"][:28])  # shuffled
+    # Resumed from the gathered state: epoch 2's places, each once, equal batches on both ranks.
+    assert len({len(r["rest"]) for r in mix_gathered}) == 1
+    resumed = sorted(p[:2] for r in mix_gathered for p in r["taken"] + r["rest"] if not p[2])
+    assert resumed == sorted(p[:2] for r in mix_gathered for p in r["epoch2"])

@@ -215,7 +215,7 @@ def check_compressed_index(
     if size != index.compressed_size:
         raise StaleIndexError(
             f"{where}: it was built for a file of {index.compressed_size} bytes, this one has {size} "
-            "(another file, or this one changed; rebuild it with `tfrecord-index build --force`)"
+            "(another file, or this one changed; rebuild it with `tfrecord-index build`)"
         )
     tail = read_tail(data_path, size, storage_options)
     if tail != index.tail:
