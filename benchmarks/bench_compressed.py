@@ -14,10 +14,13 @@ Everything runs on one core and from the page cache:
 Rounds are interleaved (every pipeline once per round) because the machine may be shared: the
 table gives medians over rounds and ratios against TensorFlow's median of the same run, in wall
 time and in CPU time of the process (all its threads; less disturbed by other load). Then
-raw inflate throughput of the same files (zlib, ISA-L, zlib-ng, rapidgzip on one thread), to
-show what bounds the read.
+raw inflate throughput of the same files (zlib, ISA-L, zlib-ng, rapidgzip on one thread,
+indexed_gzip), to show what bounds the read; and the two seek-point libraries side by side
+(rapidgzip, which the library uses, and indexed_gzip): a shard read through once, keeping seek
+points 1 MiB apart, then 200 reads of 4 KiB at random places through them.
 
     python benchmarks/bench_compressed.py --tf-python /tmp/tfvenv/bin/python [--rounds 5]
+    python benchmarks/bench_compressed.py --inflate-only   # the last two tables, no TensorFlow
 """
 
 from __future__ import annotations
@@ -142,7 +145,21 @@ def inflate_rates(paths: list[str]) -> dict[str, float]:
                 while f.read(1 << 20):
                     pass
 
+    def indexed() -> None:
+        import indexed_gzip
+
+        for path in paths:
+            with indexed_gzip.IndexedGzipFile(path, spacing=1 << 20) as f:
+                while f.read(1 << 20):
+                    pass
+
     candidates: dict[str, Callable[[], None]] = {"zlib": stream(zlib), "rapidgzip (1 thread)": rapid}
+    try:
+        import indexed_gzip  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        candidates["indexed_gzip"] = indexed
     for label, module_name in (("isal", "isal.isal_zlib"), ("zlib-ng", "zlib_ng.zlib_ng")):
         try:
             module = __import__(module_name, fromlist=["decompressobj"])
@@ -160,6 +177,63 @@ def inflate_rates(paths: list[str]) -> dict[str, float]:
     return rates
 
 
+def seek_point_costs(path: str, reads: int = 50) -> dict[str, tuple[float, float]]:
+    """Per seek-point library: (seconds to read the shard through once and export seek points
+    1 MiB apart; ms to open the shard with those seek points and read 4 KiB at a random place,
+    as a reader that jumps to a record does), medians of 3 rounds."""
+    with open(path, "rb") as f:
+        size = len(gzip.decompress(f.read()))
+    places = np.random.default_rng(1).integers(0, size - 4096, reads).tolist()
+    index = path + ".bench-seek-points"
+
+    def rapid(with_index: bool) -> Any:
+        import rapidgzip
+
+        f = rapidgzip.RapidgzipFile(path, parallelization=1, chunk_size=1 << 20)
+        if with_index:
+            f.import_index(index)
+        return f
+
+    def indexed(with_index: bool) -> Any:
+        import indexed_gzip
+
+        return indexed_gzip.IndexedGzipFile(path, spacing=1 << 20, index_file=index if with_index else None)
+
+    results = {}
+    for label, open_file in (("rapidgzip (1 thread)", rapid), ("indexed_gzip", indexed)):
+        build, seek = [], []
+        try:
+            for _ in range(3):
+                start = time.perf_counter()
+                with open_file(False) as f:
+                    while f.read(1 << 20):
+                        pass
+                    f.export_index(index)
+                build.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                for place in places:
+                    with open_file(True) as f:
+                        f.seek(place)
+                        f.read(4096)
+                seek.append((time.perf_counter() - start) / reads * 1e3)
+        except ImportError:
+            continue
+        finally:
+            if os.path.exists(index):
+                os.remove(index)
+        results[label] = (statistics.median(build), statistics.median(seek))
+    return results
+
+
+def print_inflate_tables(paths: list[str]) -> None:
+    print(f"\n{'inflate, uncompressed output':30} {'MB/s':>8}")
+    for label, rate in inflate_rates(paths).items():
+        print(f"{label:30} {rate:>8.0f}")
+    print(f"\n{'seek points (one shard, 1 MiB apart)':38} {'build s':>8} {'ms per random 4 KiB read':>25}")
+    for label, (build, seek) in seek_point_costs(paths[0]).items():
+        print(f"{label:38} {build:>8.3f} {seek:>25.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -167,11 +241,15 @@ def main() -> None:
     parser.add_argument("--tf-python", default="/tmp/tfvenv/bin/python")
     parser.add_argument("--dir")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--inflate-only", action="store_true", help="only the inflate and seek-point tables")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-gz-")
     os.makedirs(directory, exist_ok=True)
     torch.set_num_threads(1)
     paths = make_shards(directory)
+    if args.inflate_only:
+        print_inflate_tables(paths)
+        return
     compressed = sum(os.path.getsize(p) for p in paths)
     index_bytes = sum(os.path.getsize(p + ".cidx") for p in paths)
     start = time.perf_counter()
@@ -222,9 +300,7 @@ def main() -> None:
         "(medians over rounds; x TF: records/s against TensorFlow's; / False: time against ours "
         "with shuffle=False)"
     )
-    print(f"\n{'inflate, uncompressed output':30} {'MB/s':>8}")
-    for label, rate in inflate_rates(paths).items():
-        print(f"{label:30} {rate:>8.0f}")
+    print_inflate_tables(paths)
 
 
 if __name__ == "__main__":
