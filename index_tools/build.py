@@ -82,12 +82,15 @@ class IndexCheck:
         records: records the index lists (0 unless fresh).
         gaps: ``(start, end)`` byte ranges a fresh index leaves out (damaged regions; only when
             they were allowed).
+        damaged: a fresh compressed index of a damaged file (only when allowed): the error that
+            ended its records, the rest of the file being left out.
     """
 
     state: IndexState
     detail: str
     records: int = 0
     gaps: tuple[tuple[int, int], ...] = ()
+    damaged: str = ""
 
 
 def index_status(
@@ -113,7 +116,9 @@ def index_status(
     if isinstance(found, CompressedIndex):
         records = len(found.table)
         detail = f"{records} records ({found.compression.upper()}: positions and seek points)"
-        return IndexCheck("fresh", detail, records)
+        if found.damaged:
+            detail += ", the damaged rest of the file left out"
+        return IndexCheck("fresh", detail, records, damaged=found.damaged)
     gaps: tuple[tuple[int, int], ...] = ()
     if allow_damaged_gaps:
         starts, ends = check_table(found, file_size(path, storage_options), "", allow_damaged_gaps=True)
@@ -138,8 +143,16 @@ def _fresh(
     damaged = tuple(
         f"bytes {start}..{end} of {path!r} (left out when the index was built)" for start, end in check.gaps
     )
+    if check.damaged:
+        damaged += (_rest_left_out(path, check.records, check.damaged, " when the index was built"),)
     seconds = time.perf_counter() - start
     return BuildResult(path, index_path, "fresh", check.records, size, seconds, damaged=damaged)
+
+
+def _rest_left_out(path: str, records: int, error: str, when: str = "") -> str:
+    """A compressed file's damaged rest, as a damaged region's line."""
+    first = plural(records, "record")
+    return f"{path!r} after its first {first}: the rest is damaged and left out{when} ({error})"
 
 
 def _build_one(
@@ -151,10 +164,20 @@ def _build_one(
         size = file_size(path, storage_options)
         if resolve_compression("auto", path, storage_options) is not None:
             compressed = build_compressed_index(
-                path, verify_crc=verify_crc, on_error=on_error, storage_options=storage_options
+                path, verify_crc=verify_crc, on_error=on_error, stats=stats, storage_options=storage_options
             )
             save_compressed_index(compressed, index_path, storage_options)
             records = len(compressed.table)
+            if compressed.damaged:
+                return BuildResult(
+                    path,
+                    index_path,
+                    "built",
+                    records,
+                    size,
+                    time.perf_counter() - start,
+                    damaged=(_rest_left_out(path, records, compressed.damaged),),
+                )
         else:
             table = build_index(
                 path, verify_crc=verify_crc, on_error=on_error, stats=stats, storage_options=storage_options

@@ -38,7 +38,8 @@ __all__ = ["main"]
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    logging.getLogger("torch_tfrecord.reader").setLevel(logging.ERROR)  # damaged regions are listed below
+    for name in ("torch_tfrecord.reader", "torch_tfrecord.inflate"):  # damaged regions are listed below
+        logging.getLogger(name).setLevel(logging.ERROR)
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     bar = progress_bar(len(paths), "file", not args.quiet and sys.stderr.isatty())

@@ -246,6 +246,46 @@ def test_truncated_gzip_shard_names_file_and_record_or_is_skipped(
     assert [i for b in ds for i in b["id"].tolist()] == list(range(kept // 50 * 50))
 
 
+def test_an_index_of_a_cut_shard_says_so_and_only_skipping_readers_take_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from index_tools.cli import main as index_main
+
+    path = tmp_path / "cut.tfrecord.gz"
+    _big_shard(path, 800, "gzip")
+    intact = tt.build_compressed_index(path)
+    assert not intact.damaged and b"damaged" not in encode_compressed_index(intact)  # bytes as before
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    stats = tt.ReadStats()
+    index = tt.build_compressed_index(path, on_error="skip", stats=stats)
+    kept = len(index.table)
+    assert 0 < kept < 800 and f"(record {kept})" in index.damaged and "cut.tfrecord.gz" in index.damaged
+    assert stats.files_skipped == 1 and stats.errors == [index.damaged]
+    assert decode_compressed_index(encode_compressed_index(index)).damaged == index.damaged
+
+    # tfrecord-index lists the damaged rest and fails, as for a plain file with damaged regions,
+    # also when it finds that index again; a strict build sees it stale and fails on the damage.
+    build = ["build", "-j", "1", "-q", str(path), "--on-error", "skip"]
+    assert index_main(build) == 1
+    err = capsys.readouterr().err
+    assert f"after its first {kept} records: the rest is damaged and left out" in err
+    assert index_main(build) == 1
+    captured = capsys.readouterr()
+    assert "1 already fresh" in captured.out and "the rest is damaged" in captured.err
+    assert index_main(["check", str(path)]) == 1
+    assert "built with on_error='skip'" in capsys.readouterr().out
+    assert index_main(["build", "-j", "1", "-q", str(path)]) == 1
+    assert f"(record {kept})" in capsys.readouterr().err
+
+    # A strict dataset refuses that index, never stopping short silently; a skipping one reads it.
+    with pytest.raises(tt.StaleIndexError, match="before its damage"):
+        tt.TFRecordDataset(path, spec=ID_SPEC)
+    skipping = tt.TFRecordDataset(path, spec=ID_SPEC, on_error="skip", batch_size=100, shuffle=False)
+    assert skipping.num_records == kept
+    assert [i for b in skipping for i in b["id"].tolist()] == list(range(kept // 100 * 100))
+
+
 def test_corrupt_deflate_block_names_file_and_record_or_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "bad.tfrecord.gz"
     _big_shard(path, 3000, "gzip")

@@ -68,6 +68,9 @@ class CompressedIndex:
         table: ``(offset, framed_size)`` of each record in the uncompressed stream.
         seek_points: the decompressor checkpoints, in GZIDX format (empty: inflate from byte 0).
         spacing: compressed bytes between seek points (what a reader inflates at a time).
+        damaged: for a file damaged or cut short, indexed with ``on_error="skip"``: the error
+            that ended its readable records (the index lists the records before it, and the
+            rest of the file is left out); empty for an intact file.
     """
 
     compression: str
@@ -76,6 +79,7 @@ class CompressedIndex:
     table: npt.NDArray[np.int64]
     seek_points: bytes
     spacing: int = 4 << 20
+    damaged: str = ""
 
     def __post_init__(self) -> None:
         if self.compression not in ("gzip", "zlib"):
@@ -109,19 +113,19 @@ def encode_compressed_index(index: CompressedIndex) -> bytes:
     check_table(table, index.uncompressed_size, "a compressed index's records")
     sizes = zlib.compress(np.ascontiguousarray(table[:, 1], dtype="<i8").tobytes(), 6)
     seek_points = zlib.compress(index.seek_points, 6)  # the windows are the data's text: ~3x
-    header = json.dumps(
-        {
-            "version": _VERSION,
-            "compression": index.compression,
-            "compressed_size": index.compressed_size,
-            "tail": index.tail.hex(),
-            "records": len(table),
-            "sizes_bytes": len(sizes),
-            "seek_points_bytes": len(seek_points),
-            "spacing": index.spacing,
-        },
-        sort_keys=True,
-    ).encode()
+    fields = {
+        "version": _VERSION,
+        "compression": index.compression,
+        "compressed_size": index.compressed_size,
+        "tail": index.tail.hex(),
+        "records": len(table),
+        "sizes_bytes": len(sizes),
+        "seek_points_bytes": len(seek_points),
+        "spacing": index.spacing,
+    }
+    if index.damaged:  # only then: an intact file's index has the same bytes as before
+        fields["damaged"] = index.damaged
+    header = json.dumps(fields, sort_keys=True).encode()
     body = MAGIC + _U32.pack(len(header)) + header + sizes + seek_points
     return body + _U32.pack(zlib.crc32(body))
 
@@ -144,7 +148,8 @@ def decode_compressed_index(data: bytes, index_path: PathLike = "<bytes>") -> Co
         compression, compressed_size = str(header["compression"]), int(header["compressed_size"])
         tail = bytes.fromhex(header["tail"])
         spacing = int(header["spacing"])
-    except (ValueError, KeyError, TypeError) as error:
+        damaged = str(header.get("damaged", ""))
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise IndexFormatError(f"{name!r} has an unreadable header: {error}") from None
     if version != _VERSION:
         raise IndexFormatError(
@@ -163,7 +168,7 @@ def decode_compressed_index(data: bytes, index_path: PathLike = "<bytes>") -> Co
         raise IndexFormatError(f"{name!r}: {len(sizes) // 8} record sizes for {records} records")
     table = index_from_sizes(np.frombuffer(sizes, dtype="<i8").astype(np.int64))
     try:
-        return CompressedIndex(compression, compressed_size, tail, table, seek_points, spacing)
+        return CompressedIndex(compression, compressed_size, tail, table, seek_points, spacing, damaged)
     except ValueError as error:
         raise IndexFormatError(f"{name!r}: {error}") from None
 
@@ -183,17 +188,25 @@ def read_tail(path: PathLike, size: int, storage_options: StorageOptions = None)
 
 
 def load_compressed_index(
-    index_path: PathLike, *, data_path: PathLike | None = None, storage_options: StorageOptions = None
+    index_path: PathLike,
+    *,
+    data_path: PathLike | None = None,
+    allow_damaged: bool = False,
+    storage_options: StorageOptions = None,
 ) -> CompressedIndex:
-    """Reads a compressed index, checked against its data file when ``data_path`` is given.
+    """Reads a compressed index, checked against its data file when ``data_path`` is given
+    (``allow_damaged``: see :func:`check_compressed_index`).
 
     Raises:
         IndexFormatError: not a compressed index, or a damaged one.
-        StaleIndexError: with ``data_path``, the index describes another or a changed file.
+        StaleIndexError: with ``data_path``, the index describes another or a changed file, or
+            a damaged one that ``allow_damaged`` does not accept.
     """
     index = decode_compressed_index(read_index_bytes(index_path, storage_options), index_path)
     if data_path is not None:
-        check_compressed_index(index, data_path, index_path, storage_options=storage_options)
+        check_compressed_index(
+            index, data_path, index_path, allow_damaged=allow_damaged, storage_options=storage_options
+        )
     return index
 
 
@@ -202,13 +215,19 @@ def check_compressed_index(
     data_path: PathLike,
     index_path: PathLike,
     *,
+    allow_damaged: bool = False,
     storage_options: StorageOptions = None,
 ) -> None:
     """Checks that a compressed index describes its data file: its size and checksum trailer,
     and records that lie back to back from byte 0 of the uncompressed stream.
 
+    Args:
+        allow_damaged: accept the index of a damaged file built with ``on_error="skip"``
+            (:attr:`CompressedIndex.damaged`), which lists only the records before the damage;
+            by default it is refused, so that a strict read never stops short silently.
+
     Raises:
-        StaleIndexError: naming both files and what differs.
+        StaleIndexError: naming both files and what differs, or the damage.
     """
     where = f"compressed index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
     size = file_size(data_path, storage_options)
@@ -224,3 +243,9 @@ def check_compressed_index(
             "(another file of the same size, or this one was rewritten; rebuild the index)"
         )
     check_table(index.table, index.uncompressed_size, where)
+    if index.damaged and not allow_damaged:
+        raise StaleIndexError(
+            f"compressed index {os.fspath(index_path)!r} lists only the {len(index.table)} records of "
+            f"{os.fspath(data_path)!r} before its damage ({index.damaged}): it was built with "
+            "on_error='skip'; read with on_error='skip' to accept it"
+        )

@@ -46,7 +46,7 @@ from .io import (
     open_records_stream,
     resolve_compression,
 )
-from .reader import OnError
+from .reader import OnError, ReadStats
 
 __all__ = ["CHECKPOINT_SPACING", "SEGMENT", "CompressedShard", "build_compressed_index", "open_inflater"]
 
@@ -132,6 +132,7 @@ def build_compressed_index(
     *,
     verify_crc: bool = False,
     on_error: OnError = "raise",
+    stats: ReadStats | None = None,
     spacing: int = CHECKPOINT_SPACING,
     storage_options: StorageOptions = None,
 ) -> CompressedIndex:
@@ -142,7 +143,11 @@ def build_compressed_index(
         path: the compressed data file (a path or URL).
         verify_crc: check every payload's CRC too (length CRCs are always checked).
         on_error: ``"skip"``: a file damaged or cut short keeps the records before the damage
-            (each checked against its CRCs), and the rest is logged and left out.
+            (each checked against its CRCs), and the rest is logged and left out; the index
+            says so (:attr:`CompressedIndex.damaged`), and only readers with ``on_error="skip"``
+            accept it.
+        stats: with ``on_error="skip"``, counts such a file in ``files_skipped`` and its error
+            in ``errors``.
         spacing: compressed bytes between seek points (each costs up to 32 KiB in the index;
             reaching a record inflates up to about twice this much).
 
@@ -158,6 +163,7 @@ def build_compressed_index(
     size = file_size(name, storage_options)
     tail = read_tail(name, size, storage_options)
     span = Span(name, 0, None, None, first_record=0)
+    damaged = ""  # the error that ends the records of a damaged file read with on_error="skip"
     fast = _scan_with_seek_points(name, span, size, verify_crc, spacing, storage_options)
     if fast is not None:
         sizes, seek_points = fast
@@ -175,8 +181,12 @@ def build_compressed_index(
                 if on_error == "raise":
                     raise
                 logger.warning("skipping the rest of %r after record %d: %s", name, len(sizes) - 1, error)
+                damaged = str(error)
+                if stats is not None:
+                    stats.files_skipped += 1
+                    stats.errors.append(damaged)
     table = index_from_sizes(np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64))
-    return CompressedIndex(compression, size, tail, table, seek_points, spacing)
+    return CompressedIndex(compression, size, tail, table, seek_points, spacing, damaged)
 
 
 def _scan_with_seek_points(

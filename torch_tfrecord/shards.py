@@ -155,7 +155,9 @@ def load_shard_index(
     data = read_index_bytes(index_path, options)
     if is_compressed_index(data):
         found = decode_compressed_index(data, index_path)
-        check_compressed_index(found, data_path, index_path, storage_options=options)
+        check_compressed_index(
+            found, data_path, index_path, allow_damaged=allow_damaged_gaps, storage_options=options
+        )
         return found
     table = decode_index(data, index_path)
     check_index(table, data_path, index_path, allow_damaged_gaps=allow_damaged_gaps, storage_options=options)
