@@ -38,8 +38,20 @@ __all__ = ["main"]
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    for name in ("torch_tfrecord.reader", "torch_tfrecord.inflate"):  # damaged regions are listed below
-        logging.getLogger(name).setLevel(logging.ERROR)
+    # The damaged regions are listed below: their warnings are not logged as well (for this
+    # command only: a caller that runs main() in its own process keeps its logging).
+    loggers = [logging.getLogger(name) for name in ("torch_tfrecord.reader", "torch_tfrecord.inflate")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        return _build(args)
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _build(args: argparse.Namespace) -> int:
     options = storage_options(args)
     paths = expand_sources(args.paths, options)
     bar = progress_bar(len(paths), "file", not args.quiet and sys.stderr.isatty())
