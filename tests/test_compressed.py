@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
@@ -160,6 +162,72 @@ def _big_shard(path: Path, records: int, compression: str) -> list[bytes]:
     raw = b"".join(encode_record(p) for p in payloads)
     path.write_bytes(gzip.compress(raw, 1) if compression == "gzip" else zlib.compress(raw, 1))
     return payloads
+
+
+@pytest.fixture(scope="module")
+def big_gzip_shard(tmp_path_factory: pytest.TempPathFactory) -> tuple[CompressedShard, bytes]:
+    """A 3-4 MiB stream (several 1 MiB segments) and its uncompressed bytes."""
+    path = tmp_path_factory.mktemp("big") / "big.tfrecord.gz"
+    _big_shard(path, 3000, "gzip")
+    index = tt.build_compressed_index(path, spacing=64 << 10)
+    return CompressedShard(str(path), index), gzip.decompress(path.read_bytes())
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_read_into_copies_what_read_ranges_reads(
+    big_gzip_shard: tuple[CompressedShard, bytes], data: Any
+) -> None:
+    """Ranges in order (one slice per run), scattered (a slice each, or one numpy gather when a
+    segment holds many), interleaved across segments, crossing segment ends, empty."""
+    shard, stream = big_gzip_shard
+    kind = data.draw(st.sampled_from(["in order", "in order, interleaved", "scattered", "many small"]))
+    if kind.startswith("in order"):  # back to back from a random place, as records read in file order
+        start = data.draw(st.integers(0, len(stream) - 1))
+        sizes = data.draw(st.lists(st.integers(0, 40_000), min_size=1, max_size=80))
+        starts = np.concatenate([[start], start + np.cumsum(sizes[:-1])]).astype(np.int64)
+        sizes_array = np.minimum(np.asarray(sizes, dtype=np.int64), len(stream) - starts).clip(0)
+        if kind == "in order, interleaved":  # ranges from anywhere between neighbours in the stream
+            foreign = data.draw(st.lists(st.integers(0, len(stream) - 100), min_size=1, max_size=20))
+            where = data.draw(
+                st.lists(st.integers(1, len(starts)), min_size=len(foreign), max_size=len(foreign))
+            )
+            starts = np.insert(starts, where, foreign)
+            sizes_array = np.insert(sizes_array, where, [50] * len(foreign))
+    else:
+        count = data.draw(st.integers(1, 300 if kind == "many small" else 40))
+        largest = 64 if kind == "many small" else 30_000
+        starts = np.asarray(
+            data.draw(st.lists(st.integers(0, len(stream) - 1), min_size=count, max_size=count))
+        )
+        sizes_array = np.asarray(data.draw(st.lists(st.integers(0, largest), min_size=count, max_size=count)))
+        sizes_array = np.minimum(sizes_array, len(stream) - starts)
+    starts, sizes_array = starts.astype(np.int64), sizes_array.astype(np.int64)
+    buffer = bytearray(b"\xee" * (int(sizes_array.sum()) + 7))
+    shard.read_into(starts, sizes_array, buffer, 3)
+    expected = b"".join(stream[a : a + n] for a, n in zip(starts.tolist(), sizes_array.tolist(), strict=True))
+    assert bytes(buffer[3 : 3 + len(expected)]) == expected
+    assert buffer[:3] == b"\xee" * 3 and buffer[3 + len(expected) :] == b"\xee" * 4  # nothing else written
+    assert b"".join(shard.read_ranges(starts.tolist(), sizes_array.tolist())) == expected
+
+
+@pytest.mark.parametrize("reader", ["native", "python"])
+def test_read_into_keeps_neighbours_in_the_stream_apart_when_the_batch_puts_a_range_between(
+    big_gzip_shard: tuple[CompressedShard, bytes], reader: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCH_TFRECORD_DECODER", reader)  # the extension's copy, or runs in Python
+    shard, stream = big_gzip_shard
+    far = 3 * SEGMENT + 5  # another segment
+    for starts, sizes in (
+        ([100, far, 110], [10, 50, 20]),  # 100..110 and 110..130 follow each other in the stream only
+        ([100, 110, far, 130, 140], [10, 20, 50, 10, 5]),
+        ([SEGMENT - 10, SEGMENT, 7], [10, 30, 3]),  # runs on both sides of a segment end
+        ([100, SEGMENT - 10, 110], [10, 20, 20]),  # the range between crosses a segment end
+        ([100, 5, 110, 110], [10, 0, 20, 4]),  # an empty range between, bytes read twice
+    ):
+        buffer = bytearray(sum(sizes))
+        shard.read_into(np.asarray(starts, dtype=np.int64), np.asarray(sizes, dtype=np.int64), buffer, 0)
+        assert bytes(buffer) == b"".join(stream[a : a + n] for a, n in zip(starts, sizes, strict=True))
 
 
 @pytest.mark.parametrize("compression", ["gzip", "zlib"])

@@ -36,6 +36,7 @@ from torch_tfrecord import (
     Ragged,
     RawTensor,
     VarLen,
+    _extension,
     native,
 )
 from torch_tfrecord.framing import encode_record
@@ -600,6 +601,26 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     buffer, starts, sizes = fewer.read_framed(ids)  # type: ignore[misc]
     assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
     assert len(fewer._files) == 2
+
+
+def test_copy_ranges_copies_and_refuses_ranges_outside() -> None:
+    ext = _extension.compiled
+    if ext is None:
+        pytest.skip("the extension is not built")
+    source = bytes(range(100))
+    out = bytearray(10)
+    ext.copy_ranges(source, np.array([5, 90, 0], dtype=np.int64), np.array([3, 7, 0], dtype=np.int64),
+                    out, np.array([0, 3, 10], dtype=np.int64))  # fmt: skip
+    assert bytes(out) == source[5:8] + source[90:97]
+    for starts, sizes, targets in (([98], [3], [0]), ([0], [3], [8]), ([-1], [1], [0]), ([0], [-1], [0])):
+        with pytest.raises(ValueError, match="outside"):
+            ext.copy_ranges(source, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64),
+                            out, np.array(targets, dtype=np.int64))  # fmt: skip
+    with pytest.raises(ValueError, match="differ in length"):
+        ext.copy_ranges(source, np.zeros(2, np.int64), np.zeros(1, np.int64), out, np.zeros(2, np.int64))
+    with pytest.raises(TypeError, match="int64"):
+        ext.copy_ranges(source, np.zeros(1, np.int32), np.zeros(1, np.int64), out, np.zeros(1, np.int64))
+    assert bytes(out) == source[5:8] + source[90:97]  # a refused call writes nothing
 
 
 def test_read_into_coalesces_and_reports_short_reads(tmp_path: Path) -> None:

@@ -1074,6 +1074,67 @@ done:
     return result;
 }
 
+/* copy_ranges(source, starts, sizes, out, targets): copies source[starts[i] : starts[i] + sizes[i]]
+ * to out[targets[i] : targets[i] + sizes[i]] for each i, without the GIL (a compressed shard's
+ * records out of an inflated segment). Every range must lie inside source and out. */
+static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *source_obj, *starts_obj, *sizes_obj, *out_obj, *targets_obj;
+    if (!PyArg_ParseTuple(args, "OOOOO:copy_ranges", &source_obj, &starts_obj, &sizes_obj, &out_obj, &targets_obj))
+        return NULL;
+    Py_buffer source, starts, sizes, targets, out;
+    if (PyObject_GetBuffer(source_obj, &source, PyBUF_SIMPLE) < 0) return NULL;
+    if (!get_int64_array(starts_obj, &starts, "starts")) {
+        PyBuffer_Release(&source);
+        return NULL;
+    }
+    if (!get_int64_array(sizes_obj, &sizes, "sizes")) {
+        PyBuffer_Release(&source);
+        PyBuffer_Release(&starts);
+        return NULL;
+    }
+    if (!get_int64_array(targets_obj, &targets, "targets")) {
+        PyBuffer_Release(&source);
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&sizes);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0) {
+        PyBuffer_Release(&source);
+        PyBuffer_Release(&starts);
+        PyBuffer_Release(&sizes);
+        PyBuffer_Release(&targets);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    const int64_t *st = (const int64_t *)starts.buf, *sz = (const int64_t *)sizes.buf;
+    const int64_t *tg = (const int64_t *)targets.buf;
+    Py_ssize_t n = starts.len / 8;
+    if (sizes.len != starts.len || targets.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts, sizes and targets differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (st[i] < 0 || sz[i] < 0 || tg[i] < 0 || st[i] > (int64_t)source.len - sz[i] ||
+            tg[i] > (int64_t)out.len - sz[i]) {
+            PyErr_Format(PyExc_ValueError, "range %zd lies outside the source or the output", i);
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) memcpy((char *)out.buf + tg[i], (const char *)source.buf + st[i], (size_t)sz[i]);
+    Py_END_ALLOW_THREADS
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&source);
+    PyBuffer_Release(&starts);
+    PyBuffer_Release(&sizes);
+    PyBuffer_Release(&targets);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out) -> (status, value):
  * the dataset's batch read in one call. Record ids count through the shards (shard s holds ids
  * shard_starts[s] .. shard_starts[s + 1] - 1, its (offset, framed_size) index table is tables[s],
@@ -1302,6 +1363,7 @@ static PyMethodDef methods[] = {
      "-> list of (status, rows, values, steps) per column, or (error, record, column)."},
     {"bytes_rows", py_bytes_rows, METH_VARARGS, "bytes_rows(buffer, spans, rows, scalar) -> list"},
     {"read_into", py_read_into, METH_VARARGS, "read_into(fd, offsets, sizes, out, out_start) -> regions read"},
+    {"copy_ranges", py_copy_ranges, METH_VARARGS, "copy_ranges(source, starts, sizes, out, targets)"},
     {"gather", py_gather, METH_VARARGS,
      "gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out) -> (status, value)"},
     {"frame", py_frame, METH_VARARGS,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import io
+import itertools
 import logging
 import os
 import threading
@@ -31,6 +32,7 @@ from typing import Any, BinaryIO
 import numpy as np
 import numpy.typing as npt
 
+from . import _extension
 from ._extras import install_hint
 from ._scan import Span, scan
 from .compressed_index import CompressedIndex, read_tail
@@ -57,7 +59,11 @@ SEGMENT = 1 << 20
 CHECKPOINT_SPACING = 4 << 20
 """Compressed bytes between seek points by default (rapidgzip's chunk size)."""
 _MIN_CACHE = 2 * SEGMENT
-_GATHER_FROM = 32  # records of one segment copied by one numpy gather rather than one by one
+# Runs of ranges in one segment copied by one numpy gather rather than a slice each: at least
+# this many, of fewer bytes on average than _GATHER_BELOW (the gather costs a few ns a byte, a
+# slice about 0.4 us: the gather pays only for tiny scattered records).
+_GATHER_FROM = 32
+_GATHER_BELOW = 64
 
 
 def _rapidgzip() -> Any:
@@ -300,9 +306,10 @@ class CompressedShard:
     def read_into(
         self, starts: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], buffer: bytearray, at: int
     ) -> None:
-        """Copies the ranges into ``buffer`` back to back from ``at``: one numpy gather per
-        inflated segment that holds many of them (a run read in order), a memoryview copy each
-        for segments that hold few (a block shuffle's batch, scattered over its window).
+        """Copies the ranges into ``buffer`` back to back from ``at``, segment by segment: ranges
+        that follow one another in the stream (records read in order) are copied as one slice,
+        scattered ones (a block shuffle's batch) a slice each, or by one numpy gather when a
+        segment holds many tiny ones.
 
         Raises:
             CorruptRecordError, TruncatedRecordError: as :meth:`read_ranges`.
@@ -313,26 +320,68 @@ class CompressedShard:
             out = np.frombuffer(buffer, dtype=np.uint8)
             targets = at + np.concatenate([[0], np.cumsum(sizes[:-1])])
             first, last = starts // SEGMENT, (starts + sizes - 1) // SEGMENT
-            inside = (first == last) & (sizes > 0)
-            numbers, counts = np.unique(first[inside], return_counts=True)
-            view = memoryview(buffer)
-            for number, count in zip(numbers.tolist(), counts.tolist(), strict=True):
-                pick = np.flatnonzero(inside & (first == number))
-                data = self._segment(number, int(starts[pick[0]]))
-                sources = starts[pick] - number * SEGMENT
-                if count >= _GATHER_FROM:
-                    lengths = sizes[pick]
-                    segment = np.frombuffer(data, dtype=np.uint8)
-                    out[_spans(targets[pick], lengths)] = segment[_spans(sources, lengths)]
-                    continue
-                source_view = memoryview(data)
-                for target, source, size in zip(
-                    targets[pick].tolist(), sources.tolist(), sizes[pick].tolist(), strict=True
-                ):
-                    view[target : target + size] = source_view[source : source + size]
-            for i in np.flatnonzero(~inside & (sizes > 0)).tolist():  # across a segment boundary
+            inside = np.flatnonzero((first == last) & (sizes > 0))  # within one segment
+            if len(inside):
+                self._copy_runs(starts[inside], sizes[inside], targets[inside], first[inside], inside, buffer)
+            for i in np.flatnonzero((first != last) & (sizes > 0)).tolist():  # across a segment end
                 target, size = int(targets[i]), int(sizes[i])
                 out[target : target + size] = np.frombuffer(self._read(int(starts[i]), size), dtype=np.uint8)
+
+    def _copy_runs(
+        self,
+        starts: npt.NDArray[np.int64],
+        sizes: npt.NDArray[np.int64],
+        targets: npt.NDArray[np.int64],
+        numbers: npt.NDArray[np.int64],
+        positions: npt.NDArray[np.int64],
+        buffer: bytearray,
+    ) -> None:
+        """Copies ranges that each lie in one segment (``numbers``) to ``targets`` of ``buffer``,
+        one segment at a time: with the compiled extension one call per segment (no GIL);
+        else a run (ranges next to each other in the batch, ``positions``, and in the same
+        segment's stream) is one slice, and many tiny runs take a numpy gather.
+        """
+        extension = _extension.for_reading()
+        if extension is not None:
+            order = np.argsort(numbers, kind="stable")
+            sorted_numbers = numbers[order]
+            bounds = [0, *(np.flatnonzero(np.diff(sorted_numbers)) + 1).tolist(), len(order)]
+            sources, lengths, to = (starts - numbers * SEGMENT)[order], sizes[order], targets[order]
+            for begin, end in itertools.pairwise(bounds):
+                number = int(sorted_numbers[begin])
+                data = self._segment(number, number * SEGMENT + int(sources[begin]))
+                extension.copy_ranges(data, sources[begin:end], lengths[begin:end], buffer, to[begin:end])
+            return
+        joined = (
+            (positions[1:] == positions[:-1] + 1)
+            & (numbers[1:] == numbers[:-1])
+            & (starts[1:] == starts[:-1] + sizes[:-1])
+        )
+        breaks = np.flatnonzero(~joined) + 1
+        heads = np.concatenate([[0], breaks])
+        tails = np.concatenate([breaks, [len(starts)]]) - 1
+        run_bytes = starts[tails] + sizes[tails] - starts[heads]
+        if len(heads) >= _GATHER_FROM and int(run_bytes.sum()) < _GATHER_BELOW * len(heads):
+            out = np.frombuffer(buffer, dtype=np.uint8)
+            for number in np.unique(numbers).tolist():
+                pick = np.flatnonzero(numbers == number)
+                segment = np.frombuffer(self._segment(number, int(starts[pick[0]])), dtype=np.uint8)
+                lengths, sources = sizes[pick], starts[pick] - number * SEGMENT
+                out[_spans(targets[pick], lengths)] = segment[_spans(sources, lengths)]
+            return
+        order = np.argsort(numbers[heads], kind="stable")
+        view, current, source = memoryview(buffer), -1, memoryview(b"")
+        for number, begin, size, target in zip(
+            numbers[heads][order].tolist(),
+            starts[heads][order].tolist(),
+            run_bytes[order].tolist(),
+            targets[heads][order].tolist(),
+            strict=True,
+        ):
+            if number != current:
+                source, current = memoryview(self._segment(number, begin)), number
+            offset = begin - number * SEGMENT
+            view[target : target + size] = source[offset : offset + size]
 
     def _read(self, start: int, size: int) -> bytes:
         end = start + size
