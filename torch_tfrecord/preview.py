@@ -91,20 +91,29 @@ def _mask(features: dict[str, tuple[str, list[Any]]], size: tuple[int, int], whe
     return _grey(features[_MASK_KEY][1][0], _MASK_KEY, "", size, where)
 
 
+def _open_image(data: bytes, key: str, which: str, where: str, what: str) -> Any:
+    """The PIL image stored in a feature, loaded, or a FeatureError naming ``key`` (``which``:
+    the item of a list) and the record."""
+    from PIL import Image
+
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+    except Exception as error:  # Pillow raises several kinds for bad image data
+        raise FeatureError(
+            f"feature {key!r}{which} of {where} is not a decodable {what} ({type(error).__name__}: {error})",
+            key=key,
+            record=where,
+        ) from None
+    return image
+
+
 def _grey(data: bytes, key: str, which: str, size: tuple[int, int], where: str) -> Any:
     """A mask PNG's stored values (indices, not palette colours) as a PIL "L" image of ``size``,
     or a FeatureError naming ``key`` (``which``: the mask of a list) and the record."""
     from PIL import Image
 
-    try:
-        mask = Image.open(io.BytesIO(data))
-        mask.load()
-    except Exception as error:  # Pillow raises several kinds for bad image data
-        raise FeatureError(
-            f"feature {key!r}{which} of {where} is not a decodable mask ({type(error).__name__}: {error})",
-            key=key,
-            record=where,
-        ) from None
+    mask = _open_image(data, key, which, where, "mask")
     if mask.mode not in ("L", "P") or mask.size != size:
         raise FeatureError(
             f"feature {key!r}{which} of {where} is a {mask.mode} {mask.size[0]}x{mask.size[1]} image, "
@@ -197,16 +206,7 @@ def render_grid(
         if key is None:
             continue
         where = locations[number] if locations is not None else f"record {number}"
-        try:
-            image = Image.open(io.BytesIO(features[key][1][0]))
-            image.load()
-        except Exception as error:  # Pillow raises several kinds for bad image data
-            raise FeatureError(
-                f"feature {key!r} of {where} is not a decodable image ({type(error).__name__}: {error})",
-                key=key,
-                record=where,
-            ) from None
-        picture = image.convert("RGB")
+        picture = _open_image(features[key][1][0], key, "", where, "image").convert("RGB")
         mask = _mask(features, picture.size, where)
         if mask is not None:
             picture, present = _overlay(picture, mask)
