@@ -1,16 +1,21 @@
-"""Real process groups for tests: a free port on 127.0.0.1 and spawned ranks watched for hangs."""
+"""Real process groups for tests: a free port on 127.0.0.1, spawned ranks watched for hangs, and
+ranks whose results are all-gathered for the test to check."""
 
 from __future__ import annotations
 
+import datetime
 import faulthandler
+import json
 import os
 import socket
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
@@ -32,6 +37,38 @@ def spawn(fn: Callable[..., None], nprocs: int, args: tuple[Any, ...], timeout_s
         for process in context.processes:
             if process.is_alive():
                 process.kill()
+
+
+def gather_ranks(
+    body: Callable[..., Any], world_size: int, args: tuple[Any, ...], timeout_s: float, out: Path
+) -> list[Any]:
+    """Runs ``body(*args)`` on each of ``world_size`` spawned ranks joined in a gloo process group
+    on 127.0.0.1 (datasets take rank and world size from it); returns what each rank returned,
+    in rank order (all-gathered, written by rank 0 to ``out`` as JSON)."""
+    spawn(_gathering_rank, world_size, (world_size, free_port(), timeout_s, str(out), body, args), timeout_s)
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def _gathering_rank(
+    rank: int,
+    world_size: int,
+    port: int,
+    timeout_s: float,
+    out: str,
+    body: Callable[..., Any],
+    args: tuple[Any, ...],
+) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timeout)
+    try:
+        result = body(*args)
+        gathered: list[Any] = [None] * world_size
+        dist.all_gather_object(gathered, result)
+        if rank == 0:
+            Path(out).write_text(json.dumps(gathered))
+    finally:
+        dist.destroy_process_group()
 
 
 def _rank(rank: int, fn: Callable[..., None], args: tuple[Any, ...]) -> None:

@@ -7,20 +7,17 @@ that the test then checks. Also runs examples/train_ddp.py under torchrun.
 from __future__ import annotations
 
 import collections
-import datetime
 import functools
 import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from gloo import free_port, spawn
+from gloo import gather_ranks
 from torch.utils.data import ChainDataset, DataLoader
 
 import torch_tfrecord as tt
@@ -35,25 +32,6 @@ def _ids(batches: list[dict[str, Any]]) -> list[tuple[int, bool]]:
     return [
         (i, p) for b in batches for i, p in zip(b["_record_id"].tolist(), b["_padding"].tolist(), strict=True)
     ]
-
-
-def _rank_main(
-    rank: int, port: int, shards: str, out: str, body: Callable[[str], dict[str, Any]] | None = None
-) -> None:
-    """One rank: joins the gloo group, runs ``body`` (default: the Example checks below) on the
-    shards, all-gathers its results; rank 0 writes them to ``out``."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=TIMEOUT_S)
-    )
-    try:
-        results = (body or _example_results)(shards)
-        gathered: list[Any] = [None] * WORLD_SIZE
-        dist.all_gather_object(gathered, results)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
-    finally:
-        dist.destroy_process_group()
 
 
 def _example_results(shards: str) -> dict[str, Any]:
@@ -110,9 +88,7 @@ def gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
             for _ in range(size):
                 writer.write({"id": record_id, "x": [1.0]})
                 record_id += 1
-    out = folder / "gathered.json"
-    spawn(_rank_main, WORLD_SIZE, (free_port(), str(shards), str(out)), TIMEOUT_S)
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return gather_ranks(_example_results, WORLD_SIZE, (str(shards),), TIMEOUT_S, folder / "gathered.json")
 
 
 def _real(pairs: list[list[Any]]) -> list[int]:
@@ -278,9 +254,7 @@ def payloads_gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str
                 steps = [[float(record_id)]] * (record_id % 4)
                 writer.write(tt.encode_sequence_example({"id": [record_id]}, {"steps": steps}))
                 record_id += 1
-    out = folder / "gathered.json"
-    spawn(_rank_main, WORLD_SIZE, (free_port(), str(shards), str(out), _payload_results), TIMEOUT_S)
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return gather_ranks(_payload_results, WORLD_SIZE, (str(shards),), TIMEOUT_S, folder / "gathered.json")
 
 
 @pytest.mark.parametrize("shuffle", SHUFFLES)
@@ -375,9 +349,7 @@ def mix_gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any
                 for _ in range(size):
                     writer.write({"id": record_id, "x": [1.0]})
                     record_id += 1
-    out = folder / "gathered.json"
-    spawn(_rank_main, WORLD_SIZE, (free_port(), str(folder), str(out), _mix_results), TIMEOUT_S)
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return gather_ranks(_mix_results, WORLD_SIZE, (str(folder),), TIMEOUT_S, folder / "gathered.json")
 
 
 def test_mix_in_real_processes_exact_proportions_each_pass_once_and_resume(

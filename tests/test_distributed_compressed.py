@@ -8,17 +8,14 @@ in a run stopped mid-epoch and resumed with another number of workers.
 
 from __future__ import annotations
 
-import datetime
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
-from gloo import free_port, spawn
+from gloo import gather_ranks
 from test_distributed import TIMEOUT_S, WORLD_SIZE, _ids
 from torch.utils.data import DataLoader
 
@@ -32,50 +29,41 @@ SHUFFLES: list[Any] = [False, "shards", "global", "block:6"]
 N = sum(len(shard["id"]) for shard in EXPECTED.values())  # 110
 
 
-def _rank_main(rank: int, port: int, shards: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group(
-        "gloo", rank=rank, world_size=WORLD_SIZE, timeout=datetime.timedelta(seconds=TIMEOUT_S)
-    )
-    try:
-        results: dict[str, Any] = {}
-        spec = {"id": tt.FixedLen((), torch.int64)}
-        for shuffle in SHUFFLES:
+def _compressed_results(shards: str) -> dict[str, Any]:
+    """One rank's epoch, and a run stopped and resumed with another worker count, per shuffle."""
+    results: dict[str, Any] = {}
+    spec = {"id": tt.FixedLen((), torch.int64)}
+    for shuffle in SHUFFLES:
 
-            def make(shuffle: Any = shuffle) -> tt.TFRecordDataset:
-                return tt.TFRecordDataset(
-                    shards, spec=spec, batch_size=4, seed=5, shuffle=shuffle, drop_last=False
-                )
+        def make(shuffle: Any = shuffle) -> tt.TFRecordDataset:
+            return tt.TFRecordDataset(
+                shards, spec=spec, batch_size=4, seed=5, shuffle=shuffle, drop_last=False
+            )
 
-            ds = make()
-            ds.set_epoch(1)
-            batches = list(DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"))
-            # the "id" feature (written by TensorFlow) matches the record id of every sample
-            assert all((b["id"] == b["_record_id"] + 1000).all() for b in batches)
-            stopped = make()
-            stopped.set_epoch(1)
-            taken = []
-            for step, batch in enumerate(
-                DataLoader(stopped, batch_size=None, num_workers=2, multiprocessing_context="fork")
-            ):
-                taken.append(batch)
-                if step == 4:
-                    break
-            resumed = make()
-            resumed.load_state_dict(stopped.state_dict(consumed=len(taken)))
-            rest = list(DataLoader(resumed, batch_size=None, num_workers=3, multiprocessing_context="fork"))
-            results[str(shuffle)] = {
-                "len": len(ds),
-                "epoch": _ids(batches),
-                "taken": _ids(taken),
-                "rest": _ids(rest),
-            }
-        gathered: list[Any] = [None] * WORLD_SIZE
-        dist.all_gather_object(gathered, results)
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
-    finally:
-        dist.destroy_process_group()
+        ds = make()
+        ds.set_epoch(1)
+        batches = list(DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork"))
+        # the "id" feature (written by TensorFlow) matches the record id of every sample
+        assert all((b["id"] == b["_record_id"] + 1000).all() for b in batches)
+        stopped = make()
+        stopped.set_epoch(1)
+        taken = []
+        for step, batch in enumerate(
+            DataLoader(stopped, batch_size=None, num_workers=2, multiprocessing_context="fork")
+        ):
+            taken.append(batch)
+            if step == 4:
+                break
+        resumed = make()
+        resumed.load_state_dict(stopped.state_dict(consumed=len(taken)))
+        rest = list(DataLoader(resumed, batch_size=None, num_workers=3, multiprocessing_context="fork"))
+        results[str(shuffle)] = {
+            "len": len(ds),
+            "epoch": _ids(batches),
+            "taken": _ids(taken),
+            "rest": _ids(rest),
+        }
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +74,7 @@ def gathered(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     (shards / "expected.json").unlink()
     gz = shards / "b-gzip.tfrecord.gz"
     tt.save_compressed_index(tt.build_compressed_index(gz), str(gz) + ".cidx")
-    out = folder / "gathered.json"
-    spawn(_rank_main, WORLD_SIZE, (free_port(), str(shards), str(out)), TIMEOUT_S)
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return gather_ranks(_compressed_results, WORLD_SIZE, (str(shards),), TIMEOUT_S, folder / "gathered.json")
 
 
 @pytest.mark.parametrize("shuffle", [str(s) for s in SHUFFLES])

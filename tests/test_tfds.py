@@ -353,37 +353,23 @@ def test_remote_directory_through_fsspec() -> None:
         memory.rm("/tfds-remote", recursive=True)
 
 
-def _rank_main(rank: int, port: int, out: str) -> None:
-    import datetime
-    import os
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=2, timeout=datetime.timedelta(seconds=120))
-    try:
-        ds = from_tfds(FEATURES, "train+test", batch_size=3, seed=5, drop_last=False)
-        ds.set_epoch(1)
-        loader = DataLoader(ds, batch_size=None, num_workers=2)
-        seen = [
-            (int(i), bool(p), tuple(image.shape))
-            for batch in loader
-            for i, p, image in zip(batch["id"], batch["_padding"], batch["png_gray"], strict=True)
-        ]
-        gathered: list[Any] = [None, None]
-        dist.all_gather_object(gathered, {"len": len(ds), "seen": seen})
-        if rank == 0:
-            Path(out).write_text(json.dumps(gathered))
-    finally:
-        dist.destroy_process_group()
+def _rank_results() -> dict[str, Any]:
+    """One rank's epoch of train+test: (id, padding, image shape) of each sample."""
+    ds = from_tfds(FEATURES, "train+test", batch_size=3, seed=5, drop_last=False)
+    ds.set_epoch(1)
+    loader = DataLoader(ds, batch_size=None, num_workers=2)
+    seen = [
+        (int(i), bool(p), tuple(image.shape))
+        for batch in loader
+        for i, p, image in zip(batch["id"], batch["_padding"], batch["png_gray"], strict=True)
+    ]
+    return {"len": len(ds), "seen": seen}
 
 
 def test_two_gloo_ranks_with_two_workers_each_read_every_record_once(tmp_path: Path) -> None:
-    from gloo import free_port, spawn  # the suite's process-group helpers
+    from gloo import gather_ranks  # the suite's process-group helpers
 
-    out = tmp_path / "gathered.json"
-    spawn(_rank_main, 2, (free_port(), str(out)), 240)
-    ranks = json.loads(out.read_text())
+    ranks = gather_ranks(_rank_results, 2, (), 240, tmp_path / "gathered.json")
     assert ranks[0]["len"] == ranks[1]["len"] == 6  # 34 records: 2 ranks x 6 batches of 3, padded
     assert len(ranks[0]["seen"]) == len(ranks[1]["seen"]) == 18
     real = [i for rank in ranks for i, padding, _ in rank["seen"] if not padding]
