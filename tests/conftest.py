@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from torch_tfrecord import _extension
 from torch_tfrecord.framing import encode_record
 
 DATA = Path(__file__).parent / "data"
@@ -78,3 +79,13 @@ def id_shards(tmp_path: Path) -> Callable[..., list[Path]]:
         return paths
 
     return make
+
+
+@pytest.fixture(params=["native", "python"])
+def each_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with both readers (and decoders): the native extension and pure Python; a
+    module takes it for every test with ``pytestmark = pytest.mark.usefixtures("each_reader")``."""
+    if request.param == "native" and _extension.compiled is None:
+        pytest.skip("the native extension is not built")
+    monkeypatch.setenv(_extension.ENV_VAR, request.param)
+    return str(request.param)

@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_tfrecord as tt
-from torch_tfrecord import _extension
 from torch_tfrecord._resync import header_candidates
 from torch_tfrecord.framing import decode_header, encode_record, header_is_valid
 from torch_tfrecord.index import load_index
@@ -35,12 +34,7 @@ def _layout(records: list[bytes]) -> tuple[bytes, list[int]]:
     return b"".join(framed), offsets
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "native" and _extension.compiled is None:
-        pytest.skip("the native extension is not built")
-    monkeypatch.setenv(_extension.ENV_VAR, request.param)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("each_reader")  # every test with both readers
 
 
 def _skip_read(path: Path, **kwargs: object) -> tuple[list[bytes], tt.ReadStats]:

@@ -21,7 +21,6 @@ import torch
 from wire import entry, example, ld, tag, varint
 
 import torch_tfrecord as tt
-from torch_tfrecord import _extension
 from torch_tfrecord.framing import encode_record, masked_crc32c
 
 GOOD = [tt.encode_example({"label": i, "x": tt.FloatList([i / 2, 1.0])}) for i in range(8)]
@@ -29,13 +28,7 @@ SPEC = {"label": tt.FixedLen((), torch.int64), "x": tt.FixedLen((2,), torch.floa
 BAD_AT = 3  # the damaged record's number in the file-level rows
 
 
-@pytest.fixture(autouse=True, params=["native", "python"])
-def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every row holds with both readers (and decoders): the native extension and pure Python."""
-    if request.param == "native" and _extension.compiled is None:
-        pytest.skip("the native extension is not built")
-    monkeypatch.setenv(_extension.ENV_VAR, request.param)
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("each_reader")  # every test with both readers
 
 
 def _framed(payloads: list[bytes]) -> bytes:
