@@ -5,19 +5,15 @@
 - Variable-length features in sample mode under torch's default collate, which cannot stack them.
 - Several epochs of a shuffled dataset without ``set_epoch``: the same order every epoch.
 
-A DataLoader calls ``iter(dataset)`` from the fetcher it creates (in the main process, or in each
-worker), and the fetcher holds whether it batches (``auto_collation``) and with which
-``collate_fn``: the dataset's ``__iter__`` looks at its caller for one. This reads torch's
-private fetcher class: when torch changes it, no fetcher is found and nothing is checked.
+The DataLoader checks read its fetcher (``_loader.calling_fetcher``): when torch changes its
+private fetcher class, no fetcher is found and nothing is checked.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
-from types import FrameType
 from typing import Any
 
 __all__ = ["EpochGuard", "check_loader", "check_sources"]
@@ -34,27 +30,11 @@ def check_sources(sources: object) -> None:
         )
 
 
-def _calling_fetcher(depth: int = 4) -> Any:
-    """The DataLoader fetcher whose ``iter(dataset)`` is running, if any, within ``depth`` frames."""
-    try:
-        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
-    except ImportError:
-        return None
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(depth):
-        if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _IterableDatasetFetcher):
-            return candidate
-        frame = frame.f_back
-    return None
-
-
-def check_loader(batch_mode: bool, spec: Mapping[str, Any] | None) -> None:
+def check_loader(fetcher: Any, batch_mode: bool, spec: Mapping[str, Any] | None) -> None:
     """Raises when the DataLoader iterating this dataset would batch it wrongly.
 
     Args:
+        fetcher: the DataLoader's fetcher calling ``iter(dataset)`` (see ``_loader``), or None.
         batch_mode: the dataset yields batches (it was given ``batch_size=``).
         spec: the dataset's normalised spec (None: inferred or raw).
 
@@ -62,7 +42,6 @@ def check_loader(batch_mode: bool, spec: Mapping[str, Any] | None) -> None:
         ValueError: a batch-mode dataset under a DataLoader with a ``batch_size``; or VarLen
             features in sample mode under torch's ``default_collate``.
     """
-    fetcher = _calling_fetcher()
     if fetcher is None or not getattr(fetcher, "auto_collation", False):
         return
     if batch_mode:

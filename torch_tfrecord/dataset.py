@@ -19,6 +19,7 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ._guards import EpochGuard, check_loader
+from ._loader import calling_fetcher, use_fast_convert
 from ._imagecodec import seeded as image_seeds
 from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
@@ -236,7 +237,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         end_with_parent()  # now, as the worker creates its fetcher: not at its first batch request
-        check_loader(self.plan.batch_size is not None, self._decoder.spec)
+        fetcher = calling_fetcher()
+        check_loader(fetcher, self.plan.batch_size is not None, self._decoder.spec)
+        use_fast_convert(fetcher)
         return self._iterate()
 
     def _iterate(self) -> Iterator[dict[str, Any]]:
