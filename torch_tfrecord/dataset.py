@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ._guards import EpochGuard, check_loader
-from ._loader import calling_fetcher, use_fast_convert
 from ._imagecodec import seeded as image_seeds
+from ._loader import calling_fetcher, use_fast_convert
 from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
 from ._resume import Live, Resume, combine_states, load_state, rank_state, resume_point
