@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from torch_tfrecord import order as native_order
 from torch_tfrecord.order import (
     EpochPlan,
     Progress,
@@ -53,6 +54,35 @@ def test_permute_a_billion_records_in_constant_memory() -> None:
         tracemalloc.stop()
     assert peak < 1 << 20  # a few arrays of 1,000 values, nothing of size n
     assert len(set(out.tolist())) == 1000 and out.min() >= 0 and out.max() < n
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(2, 2**62), st.integers(0, 2**63 - 1), st.integers(1, 4096), st.data())
+def test_the_compiled_permutation_is_the_numpy_one(
+    n: int, seed: int, window: int, data: st.DataObject
+) -> None:
+    if native_order._native is None:
+        pytest.skip("the extension is not built")
+    positions = np.asarray(
+        data.draw(st.lists(st.integers(0, n - 1), min_size=1, max_size=50)), dtype=np.uint64
+    )
+    half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
+    keys = [mix_seed(seed, round_) for round_ in range(4)]
+    compiled = native_order._walk(positions, half_bits, keys, n)
+    assert np.array_equal(compiled, native_order._walk(positions, half_bits, keys, n, native=False))
+    windows = (positions % np.uint64(window)).astype(np.uint64)
+    within = positions % np.uint64(min(window, n))
+    half = max(1, ((min(window, n) - 1).bit_length() + 1) // 2)
+    assert np.array_equal(
+        native_order._walk(within, half, keys, min(window, n), windows),
+        native_order._walk(within, half, keys, min(window, n), windows, native=False),
+    )
+
+
+def test_the_order_of_a_seed_is_the_same_from_version_to_version() -> None:
+    # Saved states name positions of this order: it must never change.
+    assert permute(np.arange(8), 1000, 1, 0).tolist() == [225, 274, 965, 199, 891, 694, 684, 673]
+    assert native_order._permute_windows(np.arange(8), 20, 8, 1, 0).tolist() == [3, 5, 2, 6, 4, 0, 1, 7]
 
 
 def test_permute_rejects_positions_outside() -> None:

@@ -54,7 +54,7 @@ def convert(data: Any) -> Any:
     from torch.utils.data._utils.collate import default_convert
 
     if not isinstance(data, dict):
-        return default_convert(data)
+        return default_convert(data)  # type: ignore[no-untyped-call]
     try:
         clone = copy.copy(data)
         clone.update({key: _value(data[key]) for key in data})

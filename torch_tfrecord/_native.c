@@ -1288,6 +1288,83 @@ done:
     return result;
 }
 
+/* feistel(values, half_bits, round_keys, limit, windows) -> None: order.py's keyed permutation,
+ * in place and bit for bit (order.py keeps the numpy original for a build without this file).
+ * Each value v < 4**half_bits goes through a balanced Feistel network, one round per key, again
+ * and again until it lies below `limit` (cycle walking). A round: (left, right) ->
+ * (right, left ^ (mix(right ^ key) & mask)), mix being splitmix64's finaliser. `windows` is None
+ * (every value uses round_keys) or one uint64 per value: value i then uses mix(windows[i] ^ key)
+ * for each key (the block shuffle's key of each window). All arrays hold 64-bit words; they
+ * are read as unsigned. */
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+#define FEISTEL_MAX_ROUNDS 16
+
+static inline uint64_t feistel_walk(uint64_t v, int half_bits, const uint64_t *keys, int rounds, uint64_t limit) {
+    const uint64_t mask = (1ULL << half_bits) - 1;
+    do {
+        uint64_t left = v >> half_bits, right = v & mask;
+        for (int r = 0; r < rounds; r++) {
+            uint64_t next = left ^ (mix64(right ^ keys[r]) & mask);
+            left = right;
+            right = next;
+        }
+        v = (left << half_bits) | right;
+    } while (v >= limit);
+    return v;
+}
+
+static PyObject *py_feistel(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *values_obj, *keys_obj, *windows_obj;
+    int half_bits;
+    unsigned long long limit;
+    if (!PyArg_ParseTuple(args, "OiOKO:feistel", &values_obj, &half_bits, &keys_obj, &limit, &windows_obj)) return NULL;
+    Py_buffer values = {0}, keys = {0}, windows = {0};
+    PyObject *result = NULL;
+    if (!get_int64_array(values_obj, &values, "values") || !get_int64_array(keys_obj, &keys, "round_keys")) goto done;
+    if (windows_obj != Py_None && !get_int64_array(windows_obj, &windows, "windows")) goto done;
+    Py_ssize_t n = values.len / 8;
+    int rounds = (int)(keys.len / 8);
+    if (values.readonly || half_bits < 1 || half_bits > 31 || rounds < 1 || rounds > FEISTEL_MAX_ROUNDS ||
+        limit == 0 || limit > (1ULL << (2 * half_bits)) || (windows.obj && windows.len / 8 != n)) {
+        PyErr_SetString(PyExc_ValueError, "feistel: values must be writable, 1 <= half_bits <= 31, 1 to 16 keys, "
+                                          "0 < limit <= 4**half_bits, one window per value");
+        goto done;
+    }
+    uint64_t *value = values.buf;
+    const uint64_t *base = keys.buf, *window = windows.obj ? windows.buf : NULL;
+    const uint64_t top = 1ULL << (2 * half_bits);
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (value[i] >= top) {
+            PyErr_SetString(PyExc_ValueError, "feistel: a value lies outside [0, 4**half_bits)");
+            goto done;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    uint64_t own[FEISTEL_MAX_ROUNDS];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint64_t *k = base;
+        if (window) {
+            for (int r = 0; r < rounds; r++) own[r] = mix64(window[i] ^ base[r]);
+            k = own;
+        }
+        value[i] = feistel_walk(value[i], half_bits, k, rounds, limit);
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_NewRef(Py_None);
+done:
+    if (values.obj) PyBuffer_Release(&values);
+    if (keys.obj) PyBuffer_Release(&keys);
+    if (windows.obj) PyBuffer_Release(&windows);
+    return result;
+}
+
 /* frame(buffer, start, stop, verify_crc) -> (payloads, position): the plain record reader's
  * inner loop. Walks the framed records (u64 length | u32 crc | data | u32 crc) lying back to back
  * in buffer from `start` and returns the payload of each as a new bytes object (a copy: never a
@@ -1368,6 +1445,8 @@ static PyMethodDef methods[] = {
      "gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out) -> (status, value)"},
     {"frame", py_frame, METH_VARARGS,
      "frame(buffer, start, stop, verify_crc) -> (payloads, position): the intact framed records from start"},
+    {"feistel", py_feistel, METH_VARARGS,
+     "feistel(values, half_bits, round_keys, limit, windows) -> None: order.py's permutation, in place"},
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int (the TFRecord CRC)"},
     {NULL, NULL, 0, NULL},
 };

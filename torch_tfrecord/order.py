@@ -2,7 +2,8 @@
 
 Nothing here does I/O or holds per-record state: the order of an epoch is a function of
 ``(seed, epoch, N, position)``, computed for any slice of positions in O(slice) time and memory,
-so it works the same for a thousand records and for a billion.
+so it works the same for a thousand records and for a billion. The permutation runs in the
+compiled extension when it is built (the same values, bit for bit), otherwise in numpy.
 
 Vocabulary: a *position* is a place in the epoch's order of all records; a *unit* is what a rank
 hands out at once (a batch of ``batch_size`` positions in batch mode, one sample otherwise); a
@@ -17,6 +18,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+
+from ._extension import compiled as _native
 
 __all__ = [
     "EpochPlan",
@@ -78,6 +81,44 @@ def _feistel(
     return (left << shift) | right
 
 
+def _walk(
+    values: npt.NDArray[np.uint64],
+    half_bits: int,
+    keys: Sequence[int],
+    limit: int,
+    windows: npt.NDArray[np.uint64] | None = None,
+    native: bool = True,
+) -> npt.NDArray[np.uint64]:
+    """The Feistel network applied to ``values`` until each lies below ``limit`` (cycle walking:
+    each step lands inside with probability > 1/4, the limit being over a quarter of the range).
+
+    ``windows``: one window per value, whose own keys are ``mix(window ^ key)`` (block shuffle).
+    ``native=False`` runs the numpy version even when the extension is built (tests compare).
+    """
+    if native and _native is not None and half_bits <= 31:
+        values = np.ascontiguousarray(values, dtype=np.uint64).copy()
+        _native.feistel(
+            values.view(np.int64),
+            half_bits,
+            np.asarray(keys, dtype=np.uint64).view(np.int64),
+            limit,
+            None if windows is None else np.ascontiguousarray(windows, dtype=np.uint64).view(np.int64),
+        )
+        return values
+    own: list[int | npt.NDArray[np.uint64]] = list(keys)
+    if windows is not None:
+        own = [_mix_array(windows ^ np.uint64(key)) for key in keys]
+    values = _feistel(values, half_bits, own)
+    bound = np.uint64(limit)
+    outside = np.flatnonzero(values >= bound)
+    while outside.size:
+        step = [key if isinstance(key, int) else key[outside] for key in own]
+        walked = _feistel(values[outside], half_bits, step)
+        values[outside] = walked
+        outside = outside[walked >= bound]
+    return values
+
+
 def block_size(shuffle: Shuffle) -> int | None:
     """K of a ``"block:K"`` shuffle; None for the other shuffles.
 
@@ -108,16 +149,8 @@ def _permute_windows(positions: Int64Array, n: int, window: int, seed: int, epoc
     full = windows < last if partial < window else np.ones(len(positions), dtype=bool)
     if full.any() and window > 1:
         half_bits = max(1, ((window - 1).bit_length() + 1) // 2)
-        window_keys = windows[full].astype(np.uint64)
-        keys = [
-            _mix_array(window_keys ^ np.uint64(mix_seed(seed, epoch, round_))) for round_ in range(_ROUNDS)
-        ]
-        values = _feistel(within[full], half_bits, keys)
-        outside = np.flatnonzero(values >= np.uint64(window))
-        while outside.size:  # cycle walking, each value with its own window's keys
-            walked = _feistel(values[outside], half_bits, [key[outside] for key in keys])
-            values[outside] = walked
-            outside = outside[walked >= np.uint64(window)]
+        keys = [mix_seed(seed, epoch, round_) for round_ in range(_ROUNDS)]
+        values = _walk(within[full], half_bits, keys, window, windows[full].astype(np.uint64))
         result[full] = windows[full] * window + values.astype(np.int64)
     elif full.any():
         result[full] = positions[full]
@@ -150,14 +183,7 @@ def permute(positions: npt.ArrayLike, n: int, seed: int, epoch: int = 0) -> Int6
         raise ValueError(f"positions must lie in [0, {n})")
     half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
     keys = [mix_seed(seed, epoch, round_) for round_ in range(_ROUNDS)]
-    values = _feistel(array.astype(np.uint64), half_bits, keys)
-    limit = np.uint64(n)
-    outside = np.flatnonzero(values >= limit)
-    while outside.size:  # cycle walking: each step lands inside with probability > 1/4
-        walked = _feistel(values[outside], half_bits, keys)
-        values[outside] = walked
-        outside = outside[walked >= limit]
-    return values.astype(np.int64)
+    return _walk(array.astype(np.uint64), half_bits, keys, n).astype(np.int64)
 
 
 @dataclasses.dataclass(frozen=True)
