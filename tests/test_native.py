@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import struct
 import subprocess
 import sys
@@ -594,6 +595,16 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
         assert len(set(starts.tolist())) == len(ids)  # a place of its own for each, repeats too
     with pytest.raises(IndexError, match=r"record ids must lie in \[0, 18\)"):
         files.read_framed([3, 18])
+    # The records of a batch that lie apart are copied from each file's mapping; without the
+    # mappings every run is a pread, with the same bytes.
+    assert sum(mapping is not None for mapping in files._maps) == 3  # the empty shard is not mapped
+    unmapped = RecordFiles(files.paths, files.tables)
+    for ids in batches[:3]:
+        unmapped.read_framed(ids)
+        unmapped._maps = [None] * len(files.paths)
+        assert unmapped.read(ids) == files.read(ids)
+        buffer, starts, sizes = unmapped.read_framed(ids)  # type: ignore[misc]
+        assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
     # More shards in a batch than stay open at once: the loop per shard reads it.
     monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 2)
     fewer = RecordFiles(files.paths, files.tables)
@@ -601,6 +612,64 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     buffer, starts, sizes = fewer.read_framed(ids)  # type: ignore[misc]
     assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
     assert len(fewer._files) == 2
+
+
+def _long_shard(path: Path, records: int = 600) -> Path:
+    with tt.ExampleWriter(path) as writer:
+        for i in range(records):
+            writer.write({"id": i, "pad": b"x" * 200})  # ~230 bytes a record: 17 to a page
+    return path
+
+
+def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    from torch_tfrecord.shards import RecordFiles
+
+    if _extension.compiled is None:
+        pytest.skip("the extension is not built")
+    path = _long_shard(tmp_path / "cut.tfrecord")
+    spec = {"id": tt.FixedLen((), torch.int64)}
+    ds = tt.TFRecordDataset([path], spec=spec, batch_size=64, shuffle="global")
+    files = ds._decoder.files
+    assert isinstance(files, RecordFiles)
+    apart = np.array([590, 3, 400, 250, 580])  # far apart: copied from the mapping, not read
+    assert files.read_framed(apart) is not None and files._maps[0] is not None
+    with open(path, "r+b") as handle:  # records 400 on lie on pages wholly past the new end
+        handle.truncate(8 * 4096)
+    # The copy meets SIGBUS on a page past the end: the batch read says it failed...
+    assert files.read_framed(apart) is None
+    assert files.read_framed(np.array([1, 30, 60])) is not None  # the pages before the cut are there
+    # ...and the dataset's per-record path names the file and the record.
+    with pytest.raises(tt.TFRecordError, match=r"cut\.tfrecord") as raised:
+        for _ in ds:
+            pass
+    assert "record" in str(raised.value)
+
+
+def test_a_bus_error_elsewhere_still_reaches_the_handler_before(tmp_path: Path) -> None:
+    """The SIGBUS handler that turns a cut mapping into an error leaves other faults alone:
+    here faulthandler, enabled before, still reports one of the program's own."""
+    if _extension.compiled is None:
+        pytest.skip("the extension is not built")
+    path = _long_shard(tmp_path / "a.tfrecord")
+    other = tmp_path / "other.bin"
+    other.write_bytes(b"y" * 65536)
+    script = f"""
+import faulthandler, mmap, numpy as np, sys
+faulthandler.enable()
+from torch_tfrecord.shards import RecordFiles
+files = RecordFiles.from_sources([{str(path)!r}])
+assert files.read_framed(np.array([500, 2, 300])) is not None  # our handler is installed now
+handle = open({str(other)!r}, "r+b")
+mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+handle.truncate(0)
+print("touching", flush=True)
+mapping[40000]
+print("not reached", flush=True)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGBUS, (done.returncode, done.stderr)
+    assert "touching" in done.stdout and "not reached" not in done.stdout
+    assert "Fatal Python error: Bus error" in done.stderr
 
 
 def test_copy_ranges_copies_and_refuses_ranges_outside() -> None:
@@ -763,7 +832,8 @@ def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     assert bytes(buffer[starts[1] : starts[1] + sizes[1]]) == encode_record(
         tt.encode_example({"id": 0, "x": []})
     )
-    os.close(files._fd(0))  # the descriptor fails under it: EBADF
+    os.close(files._fd(0))  # the descriptor fails under it: EBADF (read, not mapped)
+    files._unmap(0)
     try:
         assert files.read_framed([1]) is None
         with pytest.raises(OSError):

@@ -21,6 +21,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1135,20 +1137,66 @@ done:
     return result;
 }
 
-/* gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out) -> (status, value):
+/* gather(ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap) -> (status, value):
  * the dataset's batch read in one call. Record ids count through the shards (shard s holds ids
  * shard_starts[s] .. shard_starts[s + 1] - 1, its (offset, framed_size) index table is tables[s],
- * its descriptor fds[s], -1 when not open here). Locates every record, reads them in id order
- * (which is file order) into `out` back to back, one pread per run of records that follow each
- * other in a file, without the GIL, and writes record i's place in `out` and framed size to
- * starts_out[i] and sizes_out[i]. Status: 0 done (value: bytes used), 1 shard `value` must be
- * opened first, 2 `out` must hold `value` bytes, 3 a record lies past its file's size or a read
- * fails or comes short (the caller's per-record path says which and why), 4 an id out of range.
- * Records of a file at most `gap` bytes apart are read in one pread with the bytes between
- * them (a syscall costs about as much as copying several kilobytes). */
+ * its descriptor fds[s], -1 when not open here, and maps[s] a read-only mapping of the file
+ * (an object with the buffer protocol) or None). Locates every record, reads them in id order
+ * (which is file order) into `out` back to back, without the GIL, and writes record i's place
+ * in `out` and framed size to starts_out[i] and sizes_out[i]. Status: 0 done (value: bytes
+ * used), 1 shard `value` must be opened first, 2 `out` must hold `value` bytes, 3 a record lies
+ * past its file's size (or its mapping's) or a read fails or comes short (the caller's
+ * per-record path says which and why), 4 an id out of range.
+ * A run of records is read with one pread (records at most `gap` bytes apart, the bytes between
+ * included: a syscall costs about as much as copying several kilobytes). When the batch makes
+ * more than MAPPED_MIN_RUNS such runs, or runs more than twice the size of its records (a
+ * shuffled batch: its records lie apart), each record of a mapped file is copied from the
+ * mapping instead, its runs shorter than MAPPED_RUN at least: a copy costs far less than a
+ * syscall per record, or than reading the bytes between records. A file cut shorter while
+ * mapped raises SIGBUS on the copy: a handler turns it into status 3 (see bus_guard). */
 typedef struct {
     int64_t offset, size, shard, place;
+    const char *map; /* the file's mapping, or NULL */
 } Region;
+
+#define MAPPED_RUN (64 * 1024)
+#define MAPPED_MIN_RUNS 8
+
+/* SIGBUS while copying from a mapping (the file was truncated, or an I/O error behind the
+ * page): the copying thread jumps back to gather, which answers status 3. The handler is
+ * installed (with the GIL held) when gather first copies from a mapping, and again whenever
+ * another took its place (faulthandler.enable, signal.signal); a SIGBUS that is not ours goes
+ * to the handler installed before, or to the default action. */
+static _Thread_local sigjmp_buf *bus_jump = NULL;
+static struct sigaction bus_previous;
+
+static void on_bus(int sig, siginfo_t *info, void *context) {
+    sigjmp_buf *jump = bus_jump;
+    if (jump) {
+        bus_jump = NULL;
+        siglongjmp(*jump, 1);
+    }
+    sigaction(SIGBUS, &bus_previous, NULL);
+    if (bus_previous.sa_flags & SA_SIGINFO) {
+        if (bus_previous.sa_sigaction) bus_previous.sa_sigaction(sig, info, context);
+    } else if (bus_previous.sa_handler != SIG_DFL && bus_previous.sa_handler != SIG_IGN) {
+        bus_previous.sa_handler(sig);
+    } else if (info->si_code <= 0) {
+        raise(sig); /* sent, not a fault: the default action now (a fault repeats on return) */
+    }
+}
+
+static int bus_guard(void) {
+    struct sigaction current;
+    if (sigaction(SIGBUS, NULL, &current) < 0) return 0;
+    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_bus) return 1;
+    struct sigaction mine;
+    memset(&mine, 0, sizeof(mine));
+    mine.sa_sigaction = on_bus;
+    mine.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+    sigemptyset(&mine.sa_mask);
+    return sigaction(SIGBUS, &mine, &bus_previous) == 0;
+}
 
 static int region_by_id(const void *a, const void *b) {
     const Region *x = a, *y = b; /* shard holds the id while sorting, place the batch position */
@@ -1157,20 +1205,72 @@ static int region_by_id(const void *a, const void *b) {
 }
 
 /* Region b follows region a in the same file, at most `gap` bytes after a's end. */
-static inline int joins(const Region *a, const Region *b, int64_t gap) {
+static inline int near(const Region *a, const Region *b, int64_t gap) {
     int64_t end = a->offset + a->size;
     return a->shard == b->shard && b->offset >= end && b->offset - end <= gap;
 }
 
+/* Regions a and b are read as one run: near for a pread, right after it for a copy from the
+ * mapping (which takes only the records). */
+static inline int joins(const Region *a, const Region *b, int64_t gap) {
+    return near(a, b, a->map ? 0 : gap);
+}
+
+/* Copies the located regions into `base` back to back, one pread or one copy from the mapping
+ * per run; writes each record's place and size. Returns 1 when a read fails or comes short. */
+static __attribute__((noinline)) int copy_regions(const Region *regions, Py_ssize_t n, const int64_t *fd,
+                                                  char *base, int64_t *place, int64_t *size, int64_t gap) {
+    int64_t position = 0;
+    Py_ssize_t i = 0;
+    while (i < n) {
+        Py_ssize_t j = i + 1;
+        while (j < n && joins(&regions[j - 1], &regions[j], gap)) j++;
+        int64_t run = regions[j - 1].offset + regions[j - 1].size - regions[i].offset;
+        if (regions[i].map && run < MAPPED_RUN) {
+            memcpy(base + position, regions[i].map + regions[i].offset, (size_t)run);
+        } else {
+            int64_t got = 0;
+            while (got < run) {
+                ssize_t r = pread((int)fd[regions[i].shard], base + position + got, (size_t)(run - got),
+                                  (off_t)(regions[i].offset + got));
+                if (r < 0 && errno == EINTR) continue;
+                if (r <= 0) break;
+                got += r;
+            }
+            if (got < run) return 1;
+        }
+        for (int64_t first = regions[i].offset; i < j; i++) {
+            place[regions[i].place] = position + regions[i].offset - first;
+            size[regions[i].place] = regions[i].size;
+        }
+        position += run;
+    }
+    return 0;
+}
+
+/* copy_regions, with a SIGBUS on a mapped page (the file shrank, or its storage failed) turned
+ * into a failed read. Runs without the GIL. */
+static int copy_guarded(const Region *regions, Py_ssize_t n, const int64_t *fd, char *base, int64_t *place,
+                        int64_t *size, int64_t gap) {
+    sigjmp_buf jump;
+    if (sigsetjmp(jump, 0)) return 1;
+    bus_jump = &jump;
+    int failed = copy_regions(regions, n, fd, base, place, size, gap);
+    bus_jump = NULL;
+    return failed;
+}
+
 static PyObject *py_gather(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *ids_obj, *starts_obj, *tables, *fds_obj, *sizes_obj, *out_obj, *starts_out_obj, *sizes_out_obj;
+    PyObject *ids_obj, *starts_obj, *tables, *fds_obj, *sizes_obj, *maps, *out_obj, *starts_out_obj, *sizes_out_obj;
     long long gap;
-    if (!PyArg_ParseTuple(args, "OOOOOOOOL:gather", &ids_obj, &starts_obj, &tables, &fds_obj, &sizes_obj, &out_obj,
-                          &starts_out_obj, &sizes_out_obj, &gap))
+    if (!PyArg_ParseTuple(args, "OOOOOOOOOL:gather", &ids_obj, &starts_obj, &tables, &fds_obj, &sizes_obj, &maps,
+                          &out_obj, &starts_out_obj, &sizes_out_obj, &gap))
         return NULL;
     Py_buffer ids = {0}, bounds = {0}, fds = {0}, file_sizes = {0}, out = {0}, starts_out = {0}, sizes_out = {0};
     Py_buffer table = {0};
+    Py_buffer *mapped = NULL; /* the mappings of the shards this batch reads, held until the end */
+    Py_ssize_t nmapped = 0;
     Region *regions = NULL;
     PyObject *result = NULL;
     int status = 0;
@@ -1181,19 +1281,20 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
         !get_int64_array(sizes_out_obj, &sizes_out, "sizes_out"))
         goto done;
     if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0) goto done;
-    if (!PyList_Check(tables)) {
-        PyErr_SetString(PyExc_TypeError, "tables must be a list");
+    if (!PyList_Check(tables) || !PyList_Check(maps)) {
+        PyErr_SetString(PyExc_TypeError, "tables and maps must be lists");
         goto done;
     }
     Py_ssize_t n = ids.len / 8, nshards = bounds.len / 8 - 1;
-    if (nshards < 0 || PyList_GET_SIZE(tables) != nshards || fds.len / 8 != nshards ||
-        file_sizes.len / 8 != nshards || starts_out.len / 8 < n || sizes_out.len / 8 < n) {
+    if (nshards < 0 || PyList_GET_SIZE(tables) != nshards || PyList_GET_SIZE(maps) != nshards ||
+        fds.len / 8 != nshards || file_sizes.len / 8 != nshards || starts_out.len / 8 < n || sizes_out.len / 8 < n) {
         PyErr_SetString(PyExc_ValueError, "gather: the shard arrays or the outputs do not fit");
         goto done;
     }
     const int64_t *id = ids.buf, *bound = bounds.buf, *fd = fds.buf, *file_size = file_sizes.buf;
     regions = malloc((n ? (size_t)n : 1) * sizeof(Region));
-    if (!regions) {
+    mapped = calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
+    if (!regions || !mapped) {
         PyErr_NoMemory();
         goto done;
     }
@@ -1210,7 +1311,11 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
     if (!sorted) qsort(regions, (size_t)n, sizeof(Region), region_by_id);
     /* ids -> (shard, offset, size), in id order: the shard only moves forward */
     Py_ssize_t shard = -1;
-    int64_t total = 0;
+    int64_t total = 0, limit = 0; /* total: the bytes of the preads' layout, more than copies take */
+    int64_t needed = 0;           /* the records' own bytes */
+    Py_ssize_t runs = 0;
+    const char *map = NULL;
+    int any_mapped = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
         int64_t record = regions[k].shard;
         if (shard < 0 || record >= bound[shard + 1]) {
@@ -1232,48 +1337,45 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
                 PyErr_SetString(PyExc_ValueError, "gather: an index table does not match its shard's count");
                 goto done;
             }
+            map = NULL;
+            limit = file_size[shard];
+            PyObject *mapping = PyList_GET_ITEM(maps, shard);
+            if (mapping != Py_None) {
+                if (PyObject_GetBuffer(mapping, &mapped[nmapped], PyBUF_SIMPLE) < 0) goto done;
+                map = mapped[nmapped].buf;
+                if (mapped[nmapped].len < limit) limit = mapped[nmapped].len;
+                nmapped++;
+                any_mapped = 1;
+            }
         }
         const int64_t *entry = (const int64_t *)table.buf + 2 * (record - bound[shard]);
-        if (entry[0] < 0 || entry[1] < 0 || entry[1] > file_size[shard] || entry[0] > file_size[shard] - entry[1]) {
+        if (entry[0] < 0 || entry[1] < 0 || entry[1] > limit || entry[0] > limit - entry[1]) {
             status = 3;
             goto answer;
         }
         regions[k].offset = entry[0];
         regions[k].size = entry[1];
         regions[k].shard = shard;
+        regions[k].map = map;
         total += entry[1];
-        if (k && joins(&regions[k - 1], &regions[k], gap)) total += entry[0] - regions[k - 1].offset - regions[k - 1].size;
+        needed += entry[1];
+        if (k && near(&regions[k - 1], &regions[k], gap)) total += entry[0] - regions[k - 1].offset - regions[k - 1].size;
+        else runs++;
     }
     if (total > out.len) {
         status = 2;
         value = total;
         goto answer;
     }
-    int failed = 0;
-    Py_BEGIN_ALLOW_THREADS
-    char *base = (char *)out.buf;
-    int64_t *place = starts_out.buf, *size = sizes_out.buf;
-    int64_t position = 0;
-    Py_ssize_t i = 0;
-    while (i < n && !failed) {
-        Py_ssize_t j = i + 1;
-        while (j < n && joins(&regions[j - 1], &regions[j], gap)) j++;
-        int64_t run = regions[j - 1].offset + regions[j - 1].size - regions[i].offset;
-        int64_t got = 0;
-        while (got < run) {
-            ssize_t r = pread((int)fd[regions[i].shard], base + position + got, (size_t)(run - got),
-                              (off_t)(regions[i].offset + got));
-            if (r < 0 && errno == EINTR) continue;
-            if (r <= 0) break;
-            got += r;
-        }
-        if (got < run) failed = 1;
-        for (int64_t first = regions[i].offset; i < j; i++) {
-            place[regions[i].place] = position + regions[i].offset - first;
-            size[regions[i].place] = regions[i].size;
-        }
-        position += run;
+    /* A few runs that hold little but records (file order): a pread each, as cheap, and no page
+     * of the files mapped here. Many runs, or runs mostly of bytes between the records (a
+     * shuffled batch): copies from the mappings. Without a SIGBUS handler: preads. */
+    if (any_mapped && ((runs <= MAPPED_MIN_RUNS && total <= 2 * needed) || !bus_guard())) {
+        for (Py_ssize_t k = 0; k < n; k++) regions[k].map = NULL;
     }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap);
     Py_END_ALLOW_THREADS
     status = failed ? 3 : 0;
     value = failed ? 0 : total;
@@ -1281,6 +1383,8 @@ answer:
     result = Py_BuildValue("(iL)", status, (long long)value);
 done:
     free(regions);
+    for (Py_ssize_t m = 0; m < nmapped; m++) PyBuffer_Release(&mapped[m]);
+    free(mapped);
     if (table.obj) PyBuffer_Release(&table);
     Py_buffer *views[] = {&ids, &bounds, &fds, &file_sizes, &out, &starts_out, &sizes_out};
     for (size_t v = 0; v < sizeof(views) / sizeof(views[0]); v++)
@@ -1442,7 +1546,7 @@ static PyMethodDef methods[] = {
     {"read_into", py_read_into, METH_VARARGS, "read_into(fd, offsets, sizes, out, out_start) -> regions read"},
     {"copy_ranges", py_copy_ranges, METH_VARARGS, "copy_ranges(source, starts, sizes, out, targets)"},
     {"gather", py_gather, METH_VARARGS,
-     "gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out) -> (status, value)"},
+     "gather(ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap) -> (status, value)"},
     {"frame", py_frame, METH_VARARGS,
      "frame(buffer, start, stop, verify_crc) -> (payloads, position): the intact framed records from start"},
     {"feistel", py_feistel, METH_VARARGS,

@@ -341,6 +341,7 @@ def gather(
     tables: list[npt.NDArray[np.int64]],
     fds: npt.NDArray[np.int64],
     file_sizes: npt.NDArray[np.int64],
+    maps: list[Any],
     out: Any,
     starts_out: npt.NDArray[np.int64],
     sizes_out: npt.NDArray[np.int64],
@@ -349,6 +350,10 @@ def gather(
     """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
     _native.c): ``(0, bytes used)``, ``(1, shard to open first)``, ``(2, bytes out must hold)``,
     ``(3, 0)`` for a record past its file's end or a failed read, ``(4, 0)`` for an id out of range.
-    Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between."""
+    Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
+    records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
+    it when they lie apart."""
     assert _native is not None
-    return _native.gather(ids, shard_starts, tables, fds, file_sizes, out, starts_out, sizes_out, gap)  # type: ignore[no-any-return]
+    return _native.gather(  # type: ignore[no-any-return]
+        ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import mmap
 import os
 import threading
 from collections import OrderedDict
@@ -233,6 +234,9 @@ class RecordFiles:
         # batch read takes them.
         self._fd_table = np.full(len(self.paths), -1, dtype=np.int64)
         self._size_table = np.array(self.sizes, dtype=np.int64)
+        # Each open descriptor's read-only mapping (None: not open, empty, or not mappable): the
+        # native batch read copies records that lie apart from it instead of a pread each.
+        self._maps: list[mmap.mmap | None] = [None] * len(self.paths)
 
     @classmethod
     def from_sources(
@@ -417,7 +421,16 @@ class RecordFiles:
         sizes = np.empty(len(ids), dtype=np.int64)
         for _ in range(_MAX_OPEN_FILES + 1):
             status, value = gather(
-                ids, self.starts, self.tables, self._fd_table, self._size_table, buffer, starts, sizes, gap
+                ids,
+                self.starts,
+                self.tables,
+                self._fd_table,
+                self._size_table,
+                self._maps,
+                buffer,
+                starts,
+                sizes,
+                gap,
             )
             if status == 0:
                 return buffer, starts, sizes
@@ -542,12 +555,25 @@ class RecordFiles:
         if len(self._files) >= _MAX_OPEN_FILES:
             closed, oldest = self._files.popitem(last=False)
             self._fd_table[closed] = -1
+            self._unmap(closed)
             os.close(oldest)
         with open_binary(self.paths[shard]) as handle:
             fd = os.dup(handle.fileno())
         self._files[shard] = fd
         self._fd_table[shard] = fd
+        try:
+            self._maps[shard] = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        except (ValueError, OSError):  # an empty file, or one that cannot be mapped: read it
+            self._maps[shard] = None
         return fd
+
+    def _unmap(self, shard: int) -> None:
+        mapping, self._maps[shard] = self._maps[shard], None
+        if mapping is not None:
+            try:
+                mapping.close()
+            except BufferError:  # another thread's read holds it: unmapped when it lets go
+                pass
 
     def close(self) -> None:
         """Closes the files this process opened (they reopen on the next read)."""
@@ -555,6 +581,9 @@ class RecordFiles:
             os.close(fd)
         self._files.clear()
         self._fd_table[:] = -1
+        for shard, mapping in enumerate(self._maps):
+            if mapping is not None:
+                self._unmap(shard)
         for file in self._remote.values():
             file.close()
         for inflater in self._inflaters.values():
@@ -564,6 +593,7 @@ class RecordFiles:
         state = self.__dict__.copy()
         state["_files"] = OrderedDict()
         state["_fd_table"] = np.full(len(self.paths), -1, dtype=np.int64)
+        state["_maps"] = [None] * len(self.paths)
         state["_remote"] = OrderedDict()
         state["_inflaters"] = OrderedDict()
         state["_remote_lock"] = None
