@@ -19,7 +19,8 @@ shards hard-linked 10 times), main process and workers.
 table against TensorFlow: 4 shards x 20,000 Examples of ~35 bytes {label: int64, score: float}
 and of ~4 KB {data: 4,096 bytes, label: int64, floats: 16 floats}; ours
 ``TFRecordDataset(batch_size=256)`` through ``DataLoader(batch_size=None)`` (construction
-included) in file order and with ``shuffle="global"``, with 0, 1 and 2 workers; TensorFlow
+included) in file order and with ``shuffle="global"``, with 0, 1 and 2 workers, and with
+``shuffle="block:1024"`` and ``"block:8192"`` in the main process; TensorFlow
 ``TFRecordDataset(paths).batch(256).map(parse_example)`` (one intra- and one inter-op thread) in
 a process that stays up, so that every round times each pipeline back to back: one warm-up
 round, then ``--repeats`` rounds, medians, ratios within the run. Also the CPU seconds of each
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -200,8 +202,13 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int) -> None:
     pipelines: list[tuple[str, str, Callable[[], int]]] = []
     for name, paths in datasets.items():
         pipelines.append((name, "TensorFlow batch(256).map(parse)", lambda name=name: tensorflow(name)))
-        for shuffle, label in ((False, "file order"), ("global", "global shuffle")):
-            for workers in WORKERS:
+        for shuffle, label, worker_counts in (
+            (False, "file order", WORKERS),
+            ("global", "global shuffle", WORKERS),
+            ("block:1024", "block:1024 shuffle", (0,)),
+            ("block:8192", "block:8192 shuffle", (0,)),
+        ):
+            for workers in worker_counts:
                 pipelines.append(
                     (
                         name,
@@ -242,7 +249,7 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int) -> None:
         cpu = statistics.median(cpu_seconds[(name, label)])
         tf_rate = records[(name, tf_label)] / statistics.median(seconds[(name, tf_label)])
         tf_cpu_rate = records[(name, tf_label)] / statistics.median(cpu_seconds[(name, tf_label)])
-        base = label.replace("global shuffle", "file order")
+        base = re.sub(r"^ours, [^,]+,", "ours, file order,", label)
         order_rate = records[(name, base)] / statistics.median(seconds[(name, base)])
         print(
             f"{name:4} {label:36} {n:>7} {n / rate:>9.3f} {rate:>10,.0f} "
