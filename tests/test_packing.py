@@ -72,6 +72,9 @@ def test_an_inline_batch_sends_what_it_holds_when_sent() -> None:
     received = _sent(packed)
     assert received["x"].tolist() == [5.0, 5.0] and received["y"].tolist() == [0.0, 0.0]
     assert _sent(InlineBatch({"names": ["a"]})) == {"names": ["a"]}  # no tensor: a plain dict
+    names = [b"x" * 10] * 300  # a bytes column is not walked value by value, in or out
+    assert _packing._map(names, lambda t: t, _packing._keep) is names
+    assert _sent(pack_tensors({"names": names, "x": torch.ones(2)}))["names"] == names
 
 
 class _Batches(IterableDataset):  # type: ignore[type-arg]
