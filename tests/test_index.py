@@ -52,6 +52,33 @@ def test_encode_decode_round_trip(sizes: list[int]) -> None:
     assert (decode_index(encode_index(table)) == table).all()
 
 
+_INDEX_TEXT = st.lists(
+    st.one_of(
+        st.tuples(st.integers(0, 10**19), st.integers(0, 10**19)).map(lambda r: f"{r[0]} {r[1]}\n"),
+        st.sampled_from(["\n", " ", "\t", "\r\n", "-", "+", "x", "0", "1 ", " 2", "007 010\n", "5 6"]),
+    ),
+    max_size=30,
+).map(lambda parts: "".join(parts).encode())
+
+
+@given(_INDEX_TEXT)
+def test_the_compiled_index_parser_agrees_with_numpy_and_the_strict_parser(text: bytes) -> None:
+    from torch_tfrecord import index
+
+    def parse(native: object) -> object:
+        saved, index._native = index._native, native
+        try:
+            return decode_index(text).tolist()
+        except IndexFormatError as error:
+            return str(error)
+        finally:
+            index._native = saved
+
+    if index._native is None:
+        pytest.skip("the extension is not built")
+    assert parse(index._native) == parse(None)
+
+
 def test_encode_matches_plain_formatting_at_digit_boundaries() -> None:
     values = [0, 9, 10, 99, 100, 16, 12345, 10**17 - 1, 10**18, (1 << 63) - 1]
     table = np.array([[v, w] for v in values for w in values[::-1]], dtype=np.int64)

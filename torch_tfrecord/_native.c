@@ -1392,6 +1392,67 @@ done:
     return result;
 }
 
+/* parse_index(data, out) -> rows: an index file's text in the canonical form, one
+ * "<offset> <framed_size>\n" line per record (decimal digits, one space, the last newline
+ * optional), into `out` (int64, two per row, room for len(data) / 4 + 1 rows). Returns the
+ * number of rows, or -1 for anything else (the caller's strict parser names the line): other
+ * whitespace, signs, an empty line, a number of more than 18 digits. */
+static PyObject *py_parse_index(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer data, out;
+    if (!PyArg_ParseTuple(args, "y*O:parse_index", &data, &out.obj)) return NULL;
+    PyObject *out_obj = out.obj;
+    if (!get_int64_array(out_obj, &out, "out")) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (out.readonly || out.len / 16 < data.len / 4 + 1) {
+        PyBuffer_Release(&data);
+        PyBuffer_Release(&out);
+        PyErr_SetString(PyExc_ValueError, "parse_index: out must be writable, with room for len(data) / 4 + 1 rows");
+        return NULL;
+    }
+    const unsigned char *p = data.buf, *end = p + data.len;
+    int64_t *row = out.buf;
+    Py_ssize_t rows = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        int64_t value[2];
+        for (int k = 0; k < 2; k++) {
+            const unsigned char *start = p;
+            int64_t v = 0;
+            while (p < end && *p >= '0' && *p <= '9' && p - start < 19) v = v * 10 + (*p++ - '0');
+            if (p == start || p - start > 18) {
+                rows = -1;
+                goto parsed;
+            }
+            value[k] = v;
+            if (k == 0) {
+                if (p == end || *p != ' ') {
+                    rows = -1;
+                    goto parsed;
+                }
+                p++;
+            }
+        }
+        if (p < end) {
+            if (*p != '\n') {
+                rows = -1;
+                goto parsed;
+            }
+            p++;
+        }
+        row[2 * rows] = value[0];
+        row[2 * rows + 1] = value[1];
+        rows++;
+    }
+parsed:;
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&out);
+    return PyLong_FromSsize_t(rows);
+}
+
 /* feistel(values, half_bits, round_keys, limit, windows) -> None: order.py's keyed permutation,
  * in place and bit for bit (order.py keeps the numpy original for a build without this file).
  * Each value v < 4**half_bits goes through a balanced Feistel network, one round per key, again
@@ -1549,6 +1610,8 @@ static PyMethodDef methods[] = {
      "gather(ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap) -> (status, value)"},
     {"frame", py_frame, METH_VARARGS,
      "frame(buffer, start, stop, verify_crc) -> (payloads, position): the intact framed records from start"},
+    {"parse_index", py_parse_index, METH_VARARGS,
+     "parse_index(data, out) -> rows: a canonical index text into out (int64 rows), or -1"},
     {"feistel", py_feistel, METH_VARARGS,
      "feistel(values, half_bits, round_keys, limit, windows) -> None: order.py's permutation, in place"},
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int (the TFRecord CRC)"},
