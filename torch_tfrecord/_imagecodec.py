@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
@@ -29,10 +30,11 @@ from .spec import Image
 __all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
 
 Box = tuple[int, int, int, int]  # top, left, height, width
+RecordIds = Sequence[int] | npt.NDArray[np.int64]
 
 # (seed, record ids) of the batch being decoded, set by the dataset around a decode so that
 # random regions depend on the record, not on which worker or batch decodes it.
-_SEEDS: contextvars.ContextVar[tuple[int, Sequence[int]] | None] = contextvars.ContextVar(
+_SEEDS: contextvars.ContextVar[tuple[int, RecordIds] | None] = contextvars.ContextVar(
     "torch_tfrecord_image_seeds", default=None
 )
 
@@ -47,7 +49,7 @@ class UndecodableImage(Exception):
 
 
 @contextlib.contextmanager
-def seeded(seed: int, record_ids: Sequence[int]) -> Iterator[None]:
+def seeded(seed: int, record_ids: RecordIds) -> Iterator[None]:
     """Random regions of the images decoded inside come from ``mix_seed(seed, record_id)``."""
     token = _SEEDS.set((seed, record_ids))
     try:

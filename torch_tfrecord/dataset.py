@@ -291,7 +291,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         return self._samples(np.asarray(ids, dtype=np.int64), np.asarray(padding, dtype=bool), epoch)
 
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
-        with image_seeds(mix_seed(self.plan.seed, epoch), ids.tolist()):
+        with image_seeds(mix_seed(self.plan.seed, epoch), ids):
             batch, ids, padding = self._decoder.decode(ids, padding)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)
@@ -302,7 +302,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
     def _samples(
         self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int
     ) -> Iterator[dict[str, Any]]:
-        with image_seeds(mix_seed(self.plan.seed, epoch), ids.tolist()):
+        with image_seeds(mix_seed(self.plan.seed, epoch), ids):
             batch, ids, padding = self._decoder.decode(ids, padding)
         for sample, record_id, pad in zip(
             self._decoder.split(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
@@ -453,7 +453,7 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
             raise IndexError(f"index {bad} out of range for a dataset of {n} records")
         ids %= max(n, 1)
         epoch = self._epoch.get()
-        with image_seeds(mix_seed(self.seed, epoch), ids.tolist()):
+        with image_seeds(mix_seed(self.seed, epoch), ids):
             batch, _, _ = self._decoder.decode(ids, np.zeros(len(ids), dtype=bool))
         samples = self._decoder.split(batch, len(ids))
         if self._transform is not None:
