@@ -16,14 +16,16 @@ import numpy.typing as npt
 import torch
 
 from . import native
+from ._imagecodec import seeded as image_seeds
 from .codec import decode_batch
 from .collate import split_batch
 from .errors import ExampleDecodeError, FeatureError, TFRecordError
+from .order import mix_seed
 from .payloads import Payload
 from .reader import OnError
 from .schema import sample_dtypes
 from .shards import RecordFiles
-from .spec import FeatureSpec
+from .spec import FeatureSpec, Image
 
 __all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform"]
 
@@ -63,6 +65,11 @@ class BatchDecoder:
         self.dtypes = _sample_dtypes(files) if spec is None and payload is None else None
         self.verify_crc = verify_crc
         self.on_error = on_error
+        # Images drawn at random (crops) need the batch's seeds: with an Image feature, or a
+        # payload (SequenceExample contexts may hold one).
+        self.images = payload is not None or any(
+            isinstance(feature, Image) for feature in (spec or {}).values()
+        )
         self.skipped = 0
         self._scratch: bytearray | None = None  # the read buffer of the last batch, reused
 
@@ -70,6 +77,16 @@ class BatchDecoder:
         state = self.__dict__.copy()
         state["_scratch"] = None
         return state
+
+    def decode_seeded(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """:meth:`decode`, the random regions of its images drawn from ``mix_seed(mix_seed(seed,
+        epoch), record_id)``: the same whichever worker or batch decodes a record."""
+        if not self.images:
+            return self.decode(ids, padding)
+        with image_seeds(mix_seed(seed, epoch), ids):
+            return self.decode(ids, padding)
 
     def decode(
         self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_]

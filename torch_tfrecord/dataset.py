@@ -19,7 +19,6 @@ import torch.distributed as dist
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 
 from ._guards import EpochGuard, check_loader
-from ._imagecodec import seeded as image_seeds
 from ._loader import calling_fetcher, use_fast_convert
 from ._packing import pack_tensors
 from ._pipeline import PADDING_KEY, RECORD_ID_KEY, BatchDecoder, SeededTransform
@@ -291,8 +290,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         return self._samples(np.asarray(ids, dtype=np.int64), np.asarray(padding, dtype=bool), epoch)
 
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
-        with image_seeds(mix_seed(self.plan.seed, epoch), ids):
-            batch, ids, padding = self._decoder.decode(ids, padding)
+        batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)
         if self._transform is not None:
@@ -302,8 +300,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
     def _samples(
         self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int
     ) -> Iterator[dict[str, Any]]:
-        with image_seeds(mix_seed(self.plan.seed, epoch), ids):
-            batch, ids, padding = self._decoder.decode(ids, padding)
+        batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
         for sample, record_id, pad in zip(
             self._decoder.split(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
         ):
@@ -453,8 +450,7 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
             raise IndexError(f"index {bad} out of range for a dataset of {n} records")
         ids %= max(n, 1)
         epoch = self._epoch.get()
-        with image_seeds(mix_seed(self.seed, epoch), ids):
-            batch, _, _ = self._decoder.decode(ids, np.zeros(len(ids), dtype=bool))
+        batch, _, _ = self._decoder.decode_seeded(ids, np.zeros(len(ids), dtype=bool), self.seed, epoch)
         samples = self._decoder.split(batch, len(ids))
         if self._transform is not None:
             samples = [
