@@ -577,13 +577,11 @@ class RecordFiles:
 
     def close(self) -> None:
         """Closes the files this process opened (they reopen on the next read)."""
-        for fd in self._files.values():
+        for shard, fd in self._files.items():
+            self._unmap(shard)
             os.close(fd)
         self._files.clear()
         self._fd_table[:] = -1
-        for shard, mapping in enumerate(self._maps):
-            if mapping is not None:
-                self._unmap(shard)
         for file in self._remote.values():
             file.close()
         for inflater in self._inflaters.values():
