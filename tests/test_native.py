@@ -638,6 +638,14 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
     # The copy meets SIGBUS on a page past the end: the batch read says it failed...
     assert files.read_framed(apart) is None
     assert files.read_framed(np.array([1, 30, 60])) is not None  # the pages before the cut are there
+    # Past the end but within the last page, a mapping reads zeros, not SIGBUS: the size now is
+    # checked, so those records are refused as a pread refuses them.
+    offsets = files.tables[0][:, 0]
+    last = int(np.flatnonzero(offsets < 8 * 4096)[-1])
+    with open(path, "r+b") as handle:
+        handle.truncate(int(offsets[last - 5]) + 100)  # records last-5 .. last now cut off
+    assert files.read_framed(np.array([last - 2, 3, 40])) is None
+    assert files.read_framed(np.array([last - 20, 3, 40])) is not None
     # ...and the dataset's per-record path names the file and the record.
     with pytest.raises(tt.TFRecordError, match=r"cut\.tfrecord") as raised:
         for _ in ds:
@@ -645,31 +653,51 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
     assert "record" in str(raised.value)
 
 
-def test_a_bus_error_elsewhere_still_reaches_the_handler_before(tmp_path: Path) -> None:
-    """The SIGBUS handler that turns a cut mapping into an error leaves other faults alone:
-    here faulthandler, enabled before, still reports one of the program's own."""
+_BUS_SCRIPT = """
+import faulthandler, mmap, numpy as np, os, signal, sys
+from torch_tfrecord.shards import RecordFiles
+when, what, shard, other = sys.argv[1:]
+if when == "before":
+    faulthandler.enable()
+files = RecordFiles.from_sources([shard])
+assert files.read_framed(np.array([500, 2, 300])) is not None  # our handler is installed now
+if when == "after":  # faulthandler over ours, then ours again over it
+    faulthandler.enable()
+    assert files.read_framed(np.array([501, 3, 301])) is not None
+handle = open(other, "r+b")
+mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+handle.truncate(0)
+print("touching", flush=True)
+if what == "fault":
+    mapping[40000]
+else:
+    os.kill(os.getpid(), signal.SIGBUS)
+print("not reached", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("when", "what"), [("before", "fault"), ("after", "fault"), ("before", "kill"), ("none", "kill")]
+)
+def test_a_bus_error_elsewhere_still_reaches_the_handler_before(tmp_path: Path, when: str, what: str) -> None:
+    """The SIGBUS handler that turns a cut mapping into an error leaves other bus errors alone: a
+    fault of the program's own still reaches faulthandler, enabled before ours or after it (and
+    ours installed again over it), and a SIGBUS sent with kill still ends the process."""
     if _extension.compiled is None:
         pytest.skip("the extension is not built")
     path = _long_shard(tmp_path / "a.tfrecord")
     other = tmp_path / "other.bin"
     other.write_bytes(b"y" * 65536)
-    script = f"""
-import faulthandler, mmap, numpy as np, sys
-faulthandler.enable()
-from torch_tfrecord.shards import RecordFiles
-files = RecordFiles.from_sources([{str(path)!r}])
-assert files.read_framed(np.array([500, 2, 300])) is not None  # our handler is installed now
-handle = open({str(other)!r}, "r+b")
-mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-handle.truncate(0)
-print("touching", flush=True)
-mapping[40000]
-print("not reached", flush=True)
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
-    assert done.returncode == -signal.SIGBUS, (done.returncode, done.stderr)
+    done = subprocess.run(
+        [sys.executable, "-c", _BUS_SCRIPT, when, what, str(path), str(other)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == -signal.SIGBUS, (done.returncode, done.stderr[-2000:])
     assert "touching" in done.stdout and "not reached" not in done.stdout
-    assert "Fatal Python error: Bus error" in done.stderr
+    if when != "none":
+        assert done.stderr.count("Fatal Python error: Bus error") == 1, done.stderr[-2000:]
 
 
 def test_copy_ranges_copies_and_refuses_ranges_outside() -> None:

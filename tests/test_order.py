@@ -79,6 +79,17 @@ def test_the_compiled_permutation_is_the_numpy_one(
     )
 
 
+def test_the_compiled_permutation_refuses_values_outside_its_range() -> None:
+    ext = native_order._native
+    if ext is None:
+        pytest.skip("the extension is not built")
+    keys = np.array([1, 2, 3, 4], dtype=np.int64)
+    with pytest.raises(ValueError, match=r"outside \[0, limit\)"):  # its walk might never end
+        ext.feistel(np.array([10], dtype=np.int64), 2, keys, 10, None)
+    with pytest.raises(ValueError, match="one window per value"):
+        ext.feistel(np.array([1, 2], dtype=np.int64), 2, keys, 10, np.zeros(1, dtype=np.int64))
+
+
 def test_the_order_of_a_seed_is_the_same_from_version_to_version() -> None:
     # Saved states name positions of this order: it must never change.
     assert permute(np.arange(8), 1000, 1, 0).tolist() == [225, 274, 965, 199, 891, 694, 684, 673]

@@ -1,9 +1,12 @@
 """The compiled extension ``torch_tfrecord._native``, if it was built, and whether to use it.
 
 ``TORCH_TFRECORD_DECODER`` says: ``auto`` (default: the extension when it is built), ``native``
-(an ImportError when it is not) or ``python`` (never). It governs both users of the extension:
-the decoder (:mod:`torch_tfrecord.native`) and the plain record reader
-(:mod:`torch_tfrecord._scan`). This module imports nothing heavy (the CLIs read without torch).
+(an ImportError when it is not) or ``python`` (never). It governs the users of the extension
+whose results could differ: the decoder (:mod:`torch_tfrecord.native`) and the plain record
+reader (:mod:`torch_tfrecord._scan`). Those that compute the same values either way use it
+whenever it is built: the shuffles' permutation (:mod:`torch_tfrecord.order`, which tests
+compare with its numpy twin) and the index parser (:mod:`torch_tfrecord.index`). This module
+imports nothing heavy (the CLIs read without torch).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1164,26 +1165,33 @@ typedef struct {
 
 /* SIGBUS while copying from a mapping (the file was truncated, or an I/O error behind the
  * page): the copying thread jumps back to gather, which answers status 3. The handler is
- * installed (with the GIL held) when gather first copies from a mapping, and again whenever
- * another took its place (faulthandler.enable, signal.signal); a SIGBUS that is not ours goes
- * to the handler installed before, or to the default action. */
-static _Thread_local sigjmp_buf *bus_jump = NULL;
+ * installed (with the GIL held) when gather is about to copy from a mapping, and again whenever
+ * another took its place (faulthandler.enable, signal.signal). Any other fault goes to the
+ * handler installed before: restored, it meets the fault again as the faulting access repeats.
+ * A SIGBUS sent by kill or raise gets the default action (the handler before may be one that
+ * passes it back here: faulthandler enabled after this one). The jump slot is per thread, in
+ * static TLS (initial-exec: reading it in the handler allocates nothing), and volatile (only
+ * the handler reads it). */
+static _Thread_local sigjmp_buf *volatile bus_jump __attribute__((tls_model("initial-exec"))) = NULL;
 static struct sigaction bus_previous;
 
 static void on_bus(int sig, siginfo_t *info, void *context) {
-    sigjmp_buf *jump = bus_jump;
-    if (jump) {
-        bus_jump = NULL;
-        siglongjmp(*jump, 1);
+    (void)context;
+    if (info->si_code > 0) { /* a fault */
+        sigjmp_buf *jump = bus_jump;
+        if (jump) {
+            bus_jump = NULL;
+            siglongjmp(*jump, 1);
+        }
+        sigaction(SIGBUS, &bus_previous, NULL);
+        return;
     }
-    sigaction(SIGBUS, &bus_previous, NULL);
-    if (bus_previous.sa_flags & SA_SIGINFO) {
-        if (bus_previous.sa_sigaction) bus_previous.sa_sigaction(sig, info, context);
-    } else if (bus_previous.sa_handler != SIG_DFL && bus_previous.sa_handler != SIG_IGN) {
-        bus_previous.sa_handler(sig);
-    } else if (info->si_code <= 0) {
-        raise(sig); /* sent, not a fault: the default action now (a fault repeats on return) */
-    }
+    struct sigaction fallback;
+    memset(&fallback, 0, sizeof(fallback));
+    fallback.sa_handler = SIG_DFL;
+    sigemptyset(&fallback.sa_mask);
+    sigaction(SIGBUS, &fallback, NULL);
+    raise(sig);
 }
 
 static int bus_guard(void) {
@@ -1346,6 +1354,10 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
                 if (mapped[nmapped].len < limit) limit = mapped[nmapped].len;
                 nmapped++;
                 any_mapped = 1;
+                /* A file cut shorter: its last page still maps, zeros past the end (no SIGBUS
+                 * there), so the records past its size now are refused, as a pread would. */
+                struct stat now;
+                if (fstat((int)fd[shard], &now) == 0 && now.st_size < limit) limit = now.st_size;
             }
         }
         const int64_t *entry = (const int64_t *)table.buf + 2 * (record - bound[shard]);
@@ -1420,13 +1432,13 @@ static PyObject *py_parse_index(PyObject *self, PyObject *args) {
         int64_t value[2];
         for (int k = 0; k < 2; k++) {
             const unsigned char *start = p;
-            int64_t v = 0;
-            while (p < end && *p >= '0' && *p <= '9' && p - start < 19) v = v * 10 + (*p++ - '0');
+            uint64_t v = 0; /* 19 digits at most: no overflow (they are refused below) */
+            while (p < end && *p >= '0' && *p <= '9' && p - start < 19) v = v * 10 + (uint64_t)(*p++ - '0');
             if (p == start || p - start > 18) {
                 rows = -1;
                 goto parsed;
             }
-            value[k] = v;
+            value[k] = (int64_t)v;
             if (k == 0) {
                 if (p == end || *p != ' ') {
                     rows = -1;
@@ -1505,10 +1517,9 @@ static PyObject *py_feistel(PyObject *self, PyObject *args) {
     }
     uint64_t *value = values.buf;
     const uint64_t *base = keys.buf, *window = windows.obj ? windows.buf : NULL;
-    const uint64_t top = 1ULL << (2 * half_bits);
     for (Py_ssize_t i = 0; i < n; i++)
-        if (value[i] >= top) {
-            PyErr_SetString(PyExc_ValueError, "feistel: a value lies outside [0, 4**half_bits)");
+        if (value[i] >= limit) { /* its cycle might never come below the limit */
+            PyErr_SetString(PyExc_ValueError, "feistel: a value lies outside [0, limit)");
             goto done;
         }
     Py_BEGIN_ALLOW_THREADS
