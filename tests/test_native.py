@@ -585,7 +585,14 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     files = RecordFiles.from_sources(id_shards([5, 0, 9, 4]))
     rng = np.random.default_rng(1)
     scratch = bytearray(3)  # grown as needed
-    batches = (np.arange(18), rng.integers(0, 18, 40), np.array([17, 0, 17, 3, 3, 9]), np.zeros(0, np.int64))
+    batches = (
+        np.arange(18),
+        rng.integers(0, 18, 40),
+        np.array([17, 0, 17, 3, 3, 9]),
+        np.zeros(0, np.int64),
+        *(rng.integers(0, 18, size) for size in (17, 100, 257, 600)),  # sorted in C, repeats and all
+        np.arange(17, -1, -1).repeat(20),
+    )
     for ids in batches:
         framed = files.read_framed(ids, scratch)
         assert framed is not None
@@ -599,7 +606,7 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     # mappings every run is a pread, with the same bytes.
     assert sum(mapping is not None for mapping in files._maps) == 3  # the empty shard is not mapped
     unmapped = RecordFiles(files.paths, files.tables)
-    for ids in batches[:3]:
+    for ids in batches[:3] + batches[4:]:
         unmapped.read_framed(ids)
         unmapped._maps = [None] * len(files.paths)
         assert unmapped.read(ids) == files.read(ids)

@@ -1206,10 +1206,48 @@ static int bus_guard(void) {
     return sigaction(SIGBUS, &mine, &bus_previous) == 0;
 }
 
-static int region_by_id(const void *a, const void *b) {
-    const Region *x = a, *y = b; /* shard holds the id while sorting, place the batch position */
-    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
-    return x->place < y->place ? -1 : x->place > y->place;
+/* A record id and its place in the batch, sorted by id then place (ids repeat in padding). */
+typedef struct {
+    int64_t id, place;
+} IdPlace;
+
+static inline int id_place_less(IdPlace a, IdPlace b) {
+    return a.id < b.id || (a.id == b.id && a.place < b.place);
+}
+
+/* Quicksort (median of three, the smaller side recursed) ending in insertion sort. */
+static void sort_id_places(IdPlace *a, Py_ssize_t n) {
+    while (n > 16) {
+        Py_ssize_t mid = n / 2, last = n - 1;
+        if (id_place_less(a[mid], a[0])) { IdPlace t = a[mid]; a[mid] = a[0]; a[0] = t; }
+        if (id_place_less(a[last], a[0])) { IdPlace t = a[last]; a[last] = a[0]; a[0] = t; }
+        if (id_place_less(a[last], a[mid])) { IdPlace t = a[last]; a[last] = a[mid]; a[mid] = t; }
+        IdPlace pivot = a[mid];
+        Py_ssize_t i = 0, j = last;
+        for (;;) {
+            while (id_place_less(a[i], pivot)) i++;
+            while (id_place_less(pivot, a[j])) j--;
+            if (i >= j) break;
+            IdPlace t = a[i]; a[i] = a[j]; a[j] = t;
+            i++;
+            j--;
+        }
+        /* a[0..j] <= pivot <= a[j+1..n-1] */
+        if (j + 1 < n - j - 1) {
+            sort_id_places(a, j + 1);
+            a += j + 1;
+            n -= j + 1;
+        } else {
+            sort_id_places(a + j + 1, n - j - 1);
+            n = j + 1;
+        }
+    }
+    for (Py_ssize_t i = 1; i < n; i++) {
+        IdPlace x = a[i];
+        Py_ssize_t j = i;
+        for (; j > 0 && id_place_less(x, a[j - 1]); j--) a[j] = a[j - 1];
+        a[j] = x;
+    }
 }
 
 /* Region b follows region a in the same file, at most `gap` bytes after a's end. */
@@ -1227,7 +1265,17 @@ static inline int joins(const Region *a, const Region *b, int64_t gap) {
 /* Copies the located regions into `base` back to back, one pread or one copy from the mapping
  * per run; writes each record's place and size. Returns 1 when a read fails or comes short. */
 static __attribute__((noinline)) int copy_regions(const Region *regions, Py_ssize_t n, const int64_t *fd,
-                                                  char *base, int64_t *place, int64_t *size, int64_t gap) {
+                                                  char *base, int64_t *place, int64_t *size, int64_t gap,
+                                                  const int64_t *dest) {
+    if (dest) { /* every record from a mapping, each to its place in batch order */
+        for (Py_ssize_t k = 0; k < n; k++) {
+            int64_t at = dest[regions[k].place];
+            memcpy(base + at, regions[k].map + regions[k].offset, (size_t)regions[k].size);
+            place[regions[k].place] = at;
+            size[regions[k].place] = regions[k].size;
+        }
+        return 0;
+    }
     int64_t position = 0;
     Py_ssize_t i = 0;
     while (i < n) {
@@ -1259,11 +1307,11 @@ static __attribute__((noinline)) int copy_regions(const Region *regions, Py_ssiz
 /* copy_regions, with a SIGBUS on a mapped page (the file shrank, or its storage failed) turned
  * into a failed read. Runs without the GIL. */
 static int copy_guarded(const Region *regions, Py_ssize_t n, const int64_t *fd, char *base, int64_t *place,
-                        int64_t *size, int64_t gap) {
+                        int64_t *size, int64_t gap, const int64_t *dest) {
     sigjmp_buf jump;
     if (sigsetjmp(jump, 0)) return 1;
     bus_jump = &jump;
-    int failed = copy_regions(regions, n, fd, base, place, size, gap);
+    int failed = copy_regions(regions, n, fd, base, place, size, gap, dest);
     bus_jump = NULL;
     return failed;
 }
@@ -1280,6 +1328,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
     Py_buffer *mapped = NULL; /* the mappings of the shards this batch reads, held until the end */
     Py_ssize_t nmapped = 0;
     Region *regions = NULL;
+    int64_t *dest = NULL; /* each record's place in `out` when all are copied from mappings */
     PyObject *result = NULL;
     int status = 0;
     int64_t value = 0;
@@ -1316,7 +1365,22 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
         regions[i].place = i;
         if (i && id[i] < id[i - 1]) sorted = 0;
     }
-    if (!sorted) qsort(regions, (size_t)n, sizeof(Region), region_by_id);
+    if (!sorted) {
+        /* (id, place) pairs sorted in place of qsort over the 40-byte regions through a
+         * comparison callback, which took ~14 us of a shuffled batch of 256 */
+        IdPlace *keys = malloc((size_t)n * sizeof(IdPlace));
+        if (!keys) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) keys[i] = (IdPlace){id[i], i};
+        sort_id_places(keys, n);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            regions[i].shard = keys[i].id;
+            regions[i].place = keys[i].place;
+        }
+        free(keys);
+    }
     /* ids -> (shard, offset, size), in id order: the shard only moves forward */
     Py_ssize_t shard = -1;
     int64_t total = 0, limit = 0; /* total: the bytes of the preads' layout, more than copies take */
@@ -1384,10 +1448,30 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
      * shuffled batch): copies from the mappings. Without a SIGBUS handler: preads. */
     if (any_mapped && ((runs <= MAPPED_MIN_RUNS && total <= 2 * needed) || !bus_guard())) {
         for (Py_ssize_t k = 0; k < n; k++) regions[k].map = NULL;
+        any_mapped = 0;
+    }
+    /* Every record copied from a mapping: laid out in batch order (the decoder then walks the
+     * buffer front to back, ~1/4 faster on a shuffled batch than in file order's layout). */
+    int all_mapped = any_mapped;
+    for (Py_ssize_t k = 0; k < n && all_mapped; k++) all_mapped = regions[k].map != NULL;
+    if (all_mapped) {
+        dest = malloc((n ? (size_t)n : 1) * sizeof(int64_t));
+        if (!dest) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t k = 0; k < n; k++) dest[regions[k].place] = regions[k].size;
+        int64_t at = 0;
+        for (Py_ssize_t p = 0; p < n; p++) {
+            int64_t record = dest[p];
+            dest[p] = at;
+            at += record;
+        }
+        total = at; /* needed <= the pread layout's total, which out holds */
     }
     int failed;
     Py_BEGIN_ALLOW_THREADS
-    failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap);
+    failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap, dest);
     Py_END_ALLOW_THREADS
     status = failed ? 3 : 0;
     value = failed ? 0 : total;
@@ -1395,6 +1479,7 @@ answer:
     result = Py_BuildValue("(iL)", status, (long long)value);
 done:
     free(regions);
+    free(dest);
     for (Py_ssize_t m = 0; m < nmapped; m++) PyBuffer_Release(&mapped[m]);
     free(mapped);
     if (table.obj) PyBuffer_Release(&table);
@@ -1483,18 +1568,39 @@ static inline uint64_t mix64(uint64_t x) {
 
 #define FEISTEL_MAX_ROUNDS 16
 
-static inline uint64_t feistel_walk(uint64_t v, int half_bits, const uint64_t *keys, int rounds, uint64_t limit) {
+static inline uint64_t feistel_once(uint64_t v, int half_bits, const uint64_t *keys, int rounds) {
     const uint64_t mask = (1ULL << half_bits) - 1;
-    do {
-        uint64_t left = v >> half_bits, right = v & mask;
-        for (int r = 0; r < rounds; r++) {
-            uint64_t next = left ^ (mix64(right ^ keys[r]) & mask);
-            left = right;
-            right = next;
+    uint64_t left = v >> half_bits, right = v & mask;
+    for (int r = 0; r < rounds; r++) {
+        uint64_t next = left ^ (mix64(right ^ keys[r]) & mask);
+        left = right;
+        right = next;
+    }
+    return (left << half_bits) | right;
+}
+
+/* The network once over every value, then again over those still at or past the limit, and so
+ * on: loops without a data-dependent branch (a walk per value mispredicted its exit each time),
+ * whose independent values the processor overlaps. `keys`: `rounds` keys, or with `own` set
+ * `rounds` keys per value (value i's at own + i * rounds). */
+static void feistel_all(uint64_t *value, Py_ssize_t n, int half_bits, const uint64_t *keys, int rounds,
+                        uint64_t limit, int own, Py_ssize_t *pending) {
+    Py_ssize_t count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        value[i] = feistel_once(value[i], half_bits, own ? keys + i * rounds : keys, rounds);
+        pending[count] = i;
+        count += value[i] >= limit;
+    }
+    while (count) {
+        Py_ssize_t left = 0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Py_ssize_t i = pending[j];
+            value[i] = feistel_once(value[i], half_bits, own ? keys + i * rounds : keys, rounds);
+            pending[left] = i;
+            left += value[i] >= limit;
         }
-        v = (left << half_bits) | right;
-    } while (v >= limit);
-    return v;
+        count = left;
+    }
 }
 
 static PyObject *py_feistel(PyObject *self, PyObject *args) {
@@ -1504,6 +1610,8 @@ static PyObject *py_feistel(PyObject *self, PyObject *args) {
     unsigned long long limit;
     if (!PyArg_ParseTuple(args, "OiOKO:feistel", &values_obj, &half_bits, &keys_obj, &limit, &windows_obj)) return NULL;
     Py_buffer values = {0}, keys = {0}, windows = {0};
+    Py_ssize_t *pending = NULL;
+    uint64_t *own = NULL;
     PyObject *result = NULL;
     if (!get_int64_array(values_obj, &values, "values") || !get_int64_array(keys_obj, &keys, "round_keys")) goto done;
     if (windows_obj != Py_None && !get_int64_array(windows_obj, &windows, "windows")) goto done;
@@ -1522,19 +1630,22 @@ static PyObject *py_feistel(PyObject *self, PyObject *args) {
             PyErr_SetString(PyExc_ValueError, "feistel: a value lies outside [0, limit)");
             goto done;
         }
-    Py_BEGIN_ALLOW_THREADS
-    uint64_t own[FEISTEL_MAX_ROUNDS];
-    for (Py_ssize_t i = 0; i < n; i++) {
-        const uint64_t *k = base;
-        if (window) {
-            for (int r = 0; r < rounds; r++) own[r] = mix64(window[i] ^ base[r]);
-            k = own;
-        }
-        value[i] = feistel_walk(value[i], half_bits, k, rounds, limit);
+    pending = malloc((n ? (size_t)n : 1) * sizeof(Py_ssize_t));
+    own = window ? malloc((n ? (size_t)n : 1) * (size_t)rounds * sizeof(uint64_t)) : NULL;
+    if (!pending || (window && !own)) {
+        PyErr_NoMemory();
+        goto done;
     }
+    Py_BEGIN_ALLOW_THREADS
+    if (window)
+        for (Py_ssize_t i = 0; i < n; i++)
+            for (int r = 0; r < rounds; r++) own[i * rounds + r] = mix64(window[i] ^ base[r]);
+    feistel_all(value, n, half_bits, window ? own : base, rounds, limit, window != NULL, pending);
     Py_END_ALLOW_THREADS
     result = Py_NewRef(Py_None);
 done:
+    free(pending);
+    free(own);
     if (values.obj) PyBuffer_Release(&values);
     if (keys.obj) PyBuffer_Release(&keys);
     if (windows.obj) PyBuffer_Release(&windows);
