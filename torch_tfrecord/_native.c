@@ -775,6 +775,12 @@ static int get_int64_array(PyObject *obj, Py_buffer *view, const char *what) {
     return 1;
 }
 
+/* Releases the views that were acquired (a view never acquired is all zeros: obj NULL). */
+static void release_views(Py_buffer *const *views, size_t n) {
+    for (size_t v = 0; v < n; v++)
+        if (views[v]->obj) PyBuffer_Release(views[v]);
+}
+
 static void free_columns(Column *cols, int n) {
     if (!cols) return;
     for (int i = 0; i < n; i++) {
@@ -1085,31 +1091,12 @@ static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
     PyObject *source_obj, *starts_obj, *sizes_obj, *out_obj, *targets_obj;
     if (!PyArg_ParseTuple(args, "OOOOO:copy_ranges", &source_obj, &starts_obj, &sizes_obj, &out_obj, &targets_obj))
         return NULL;
-    Py_buffer source, starts, sizes, targets, out;
-    if (PyObject_GetBuffer(source_obj, &source, PyBUF_SIMPLE) < 0) return NULL;
-    if (!get_int64_array(starts_obj, &starts, "starts")) {
-        PyBuffer_Release(&source);
-        return NULL;
-    }
-    if (!get_int64_array(sizes_obj, &sizes, "sizes")) {
-        PyBuffer_Release(&source);
-        PyBuffer_Release(&starts);
-        return NULL;
-    }
-    if (!get_int64_array(targets_obj, &targets, "targets")) {
-        PyBuffer_Release(&source);
-        PyBuffer_Release(&starts);
-        PyBuffer_Release(&sizes);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0) {
-        PyBuffer_Release(&source);
-        PyBuffer_Release(&starts);
-        PyBuffer_Release(&sizes);
-        PyBuffer_Release(&targets);
-        return NULL;
-    }
+    Py_buffer source = {0}, starts = {0}, sizes = {0}, targets = {0}, out = {0};
     PyObject *result = NULL;
+    if (PyObject_GetBuffer(source_obj, &source, PyBUF_SIMPLE) < 0 || !get_int64_array(starts_obj, &starts, "starts") ||
+        !get_int64_array(sizes_obj, &sizes, "sizes") || !get_int64_array(targets_obj, &targets, "targets") ||
+        PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0)
+        goto done;
     const int64_t *st = (const int64_t *)starts.buf, *sz = (const int64_t *)sizes.buf;
     const int64_t *tg = (const int64_t *)targets.buf;
     Py_ssize_t n = starts.len / 8;
@@ -1130,11 +1117,7 @@ static PyObject *py_copy_ranges(PyObject *self, PyObject *args) {
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    PyBuffer_Release(&source);
-    PyBuffer_Release(&starts);
-    PyBuffer_Release(&sizes);
-    PyBuffer_Release(&targets);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *[]){&source, &starts, &sizes, &targets, &out}, 5);
     return result;
 }
 
@@ -1482,10 +1465,7 @@ done:
     free(dest);
     for (Py_ssize_t m = 0; m < nmapped; m++) PyBuffer_Release(&mapped[m]);
     free(mapped);
-    if (table.obj) PyBuffer_Release(&table);
-    Py_buffer *views[] = {&ids, &bounds, &fds, &file_sizes, &out, &starts_out, &sizes_out};
-    for (size_t v = 0; v < sizeof(views) / sizeof(views[0]); v++)
-        if (views[v]->obj) PyBuffer_Release(views[v]);
+    release_views((Py_buffer *[]){&ids, &bounds, &fds, &file_sizes, &out, &starts_out, &sizes_out, &table}, 8);
     return result;
 }
 
@@ -1646,9 +1626,7 @@ static PyObject *py_feistel(PyObject *self, PyObject *args) {
 done:
     free(pending);
     free(own);
-    if (values.obj) PyBuffer_Release(&values);
-    if (keys.obj) PyBuffer_Release(&keys);
-    if (windows.obj) PyBuffer_Release(&windows);
+    release_views((Py_buffer *[]){&values, &keys, &windows}, 3);
     return result;
 }
 
