@@ -77,6 +77,9 @@ def test_the_compiled_index_parser_agrees_with_numpy_and_the_strict_parser(text:
     if index._native is None:
         pytest.skip("the extension is not built")
     assert parse(index._native) == parse(None)
+    room = np.empty((text.count(b"\n"), 2), dtype=np.int64)  # a row short when the last line has no newline
+    count = index._native.parse_index(text, room)
+    assert count <= len(room)
 
 
 def test_encode_matches_plain_formatting_at_digit_boundaries() -> None:

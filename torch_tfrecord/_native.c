@@ -1471,24 +1471,25 @@ done:
 
 /* parse_index(data, out) -> rows: an index file's text in the canonical form, one
  * "<offset> <framed_size>\n" line per record (decimal digits, one space, the last newline
- * optional), into `out` (int64, two per row, room for len(data) / 4 + 1 rows). Returns the
- * number of rows, or -1 for anything else (the caller's strict parser names the line): other
- * whitespace, signs, an empty line, a number of more than 18 digits. */
+ * optional), into `out` (int64, two per row; the caller sizes it from the newlines). Returns
+ * the number of rows, or -1 for anything else (the caller's strict parser names the line):
+ * other whitespace, signs, an empty line, a number of more than 18 digits, more rows than
+ * `out` holds. */
 static PyObject *py_parse_index(PyObject *self, PyObject *args) {
     (void)self;
+    PyObject *out_obj;
     Py_buffer data, out;
-    if (!PyArg_ParseTuple(args, "y*O:parse_index", &data, &out.obj)) return NULL;
-    PyObject *out_obj = out.obj;
+    if (!PyArg_ParseTuple(args, "y*O:parse_index", &data, &out_obj)) return NULL;
     if (!get_int64_array(out_obj, &out, "out")) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    if (out.readonly || out.len / 16 < data.len / 4 + 1) {
-        PyBuffer_Release(&data);
-        PyBuffer_Release(&out);
-        PyErr_SetString(PyExc_ValueError, "parse_index: out must be writable, with room for len(data) / 4 + 1 rows");
+    if (out.readonly) {
+        release_views((Py_buffer *[]){&data, &out}, 2);
+        PyErr_SetString(PyExc_ValueError, "parse_index: out must be writable");
         return NULL;
     }
+    const Py_ssize_t room = out.len / 16;
     const unsigned char *p = data.buf, *end = p + data.len;
     int64_t *row = out.buf;
     Py_ssize_t rows = 0;
@@ -1519,14 +1520,17 @@ static PyObject *py_parse_index(PyObject *self, PyObject *args) {
             }
             p++;
         }
+        if (rows == room) {
+            rows = -1;
+            goto parsed;
+        }
         row[2 * rows] = value[0];
         row[2 * rows + 1] = value[1];
         rows++;
     }
 parsed:;
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&out);
+    release_views((Py_buffer *[]){&data, &out}, 2);
     return PyLong_FromSsize_t(rows);
 }
 

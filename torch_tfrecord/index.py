@@ -224,10 +224,10 @@ def load_index(
 def decode_index(data: bytes, index_path: PathLike = "<bytes>") -> npt.NDArray[np.int64]:
     """Parses the text of an index file; see :func:`load_index`."""
     if _native is not None:  # the canonical form in one pass of compiled code
-        rows = np.empty((len(data) // 4 + 1, 2), dtype=np.int64)
+        rows = np.empty((data.count(b"\n") + 1, 2), dtype=np.int64)  # a row per line
         count = _native.parse_index(data, rows)
         if count >= 0:
-            return rows[:count].copy()
+            return rows[:count]
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if lines and data.count(b" ") == lines and b"-" not in data and b"+" not in data:
         # C-speed parse of the canonical format; anything unusual falls to the strict path,
