@@ -20,6 +20,9 @@ import sys
 from types import FrameType
 from typing import Any
 
+import torch
+from torch.utils.data._utils.collate import default_convert
+
 __all__ = ["calling_fetcher", "convert", "use_fast_convert"]
 
 _LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
@@ -51,8 +54,6 @@ def convert(data: Any) -> Any:
     each value that is a tensor is kept, a list of plain values is copied at once, anything
     else goes to ``default_convert``.
     """
-    from torch.utils.data._utils.collate import default_convert
-
     if not isinstance(data, dict):
         return default_convert(data)  # type: ignore[no-untyped-call]
     try:
@@ -64,8 +65,6 @@ def convert(data: Any) -> Any:
 
 
 def _value(value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return value
     if type(value) is list and _LEAVES.issuperset(map(type, value)):
@@ -78,7 +77,5 @@ def use_fast_convert(fetcher: Any) -> None:
     (a DataLoader with ``batch_size=None`` and no ``collate_fn`` of the user's)."""
     if fetcher is None or getattr(fetcher, "auto_collation", True):
         return
-    from torch.utils.data._utils.collate import default_convert
-
     if getattr(fetcher, "collate_fn", None) is default_convert:
         fetcher.collate_fn = convert
