@@ -132,6 +132,17 @@ def test_exact_proportions_equal_batches_and_each_source_once_per_pass(folder: P
     assert sorted(seen["code"][:12]) == list(range(12))
 
 
+def test_a_mix_under_a_loader_without_batch_size_uses_the_fast_convert(folder: Path) -> None:
+    from torch_tfrecord._loader import convert
+
+    mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=40, batch_size=4)
+    loader = DataLoader(mixed, batch_size=None)
+    iterator = iter(loader)
+    first = next(iterator)  # the mix's __iter__ runs at the first batch (a generator)
+    assert iterator._dataset_fetcher.collate_fn is convert  # type: ignore[attr-defined]
+    assert len(first["_source"]) == 4
+
+
 def test_sample_mode_tags_the_source_and_is_deterministic(folder: Path) -> None:
     mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=20)
     mixed.set_epoch(3)

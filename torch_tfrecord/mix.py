@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ._loader import calling_fetcher, use_fast_convert
 from ._mixing import Schedule, locate, quotas
 from ._packing import pack_tensors
 from ._resume import Live, Resume, combine_states, load_state, rank_state, resume_point
@@ -129,6 +130,7 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         end_with_parent()
+        use_fast_convert(calling_fetcher())  # as TFRecordDataset (see _loader)
         epoch = self._epoch.get()
         info = get_worker_info()
         plan, schedule = self._setup(epoch)
