@@ -9,8 +9,8 @@ from setuptools import Extension, setup
 setup(
     ext_modules=[
         Extension(
-            "torch_tfrecord._native",
-            sources=["torch_tfrecord/_native.c"],
+            "torch_tfrecord.support._native",
+            sources=["torch_tfrecord/support/_native.c"],
             extra_compile_args=["-O3", "-std=c11", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
             optional=True,
         )

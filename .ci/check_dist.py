@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WHEEL_FILES = [
     "torch_tfrecord/__init__.py",
     "torch_tfrecord/py.typed",
-    "torch_tfrecord/_native.*.so",  # CI has a compiler: a wheel without the native decoder is a bug
+    "torch_tfrecord/support/_native.*.so",  # CI has a compiler: a wheel without the native decoder is a bug
     "torch_tfrecord/proto/example.proto",
     "torch_tfrecord/proto/feature.proto",
     "torch_tfrecord/proto/example_pb2.py",
@@ -43,7 +43,7 @@ SDIST_FILES = [
     "pyproject.toml",
     "README.md",
     "LICENSE",
-    "torch_tfrecord/_native.c",
+    "torch_tfrecord/support/_native.c",
     "torch_tfrecord/py.typed",
     "torch_tfrecord/proto/feature.proto",
     "index_tools/build.py",
@@ -54,7 +54,8 @@ IMPORT_CHECK = """
 import sys, torch, torch_tfrecord as tt, index_tools
 assert tt.__file__.startswith(sys.prefix), (tt.__file__, sys.prefix)
 assert index_tools.__file__.startswith(sys.prefix), index_tools.__file__
-assert tt.native.decoder() == "native", tt.native.decoder()
+from torch_tfrecord.codec import native
+assert native.decoder() == "native", native.decoder()
 record = tt.encode_example({"a": [1, 2]})
 assert tt.decode_batch([record], {"a": tt.FixedLen((2,), torch.int64)})["a"].tolist() == [[1, 2]]
 """

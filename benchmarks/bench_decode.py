@@ -36,9 +36,9 @@ import numpy as np
 import torch
 
 import torch_tfrecord as tt
-from torch_tfrecord import native
+from torch_tfrecord.codec import native
+from torch_tfrecord.data.shards import RecordFiles
 from torch_tfrecord.proto import Example
-from torch_tfrecord.shards import RecordFiles
 
 SHARDS = 8
 RECORDS_PER_SHARD = 20_000

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from bench_records import make_dataset, read_all, timed
 
-from torch_tfrecord import _extension
+from torch_tfrecord.support import extension as _extension
 
 SHARDS = 4
 

@@ -23,7 +23,7 @@ import numpy as np
 from _tensorflow import run_script
 
 import torch_tfrecord as tt
-from torch_tfrecord.index import decode_index, encode_index, index_from_sizes
+from torch_tfrecord.records.index import decode_index, encode_index, index_from_sizes
 
 SHARDS = 8
 RECORDS_PER_SHARD = 20_000

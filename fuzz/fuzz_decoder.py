@@ -26,7 +26,7 @@ SEQUENCE_SPECS: list[tuple[dict[str, Any], dict[str, Any]]] = []
 def load() -> None:
     import torch
 
-    import torch_tfrecord.native
+    import torch_tfrecord.codec.native
     import torch_tfrecord.vision  # noqa: F401
     from torch_tfrecord import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
 

@@ -41,7 +41,7 @@ def check(data: bytes) -> None:
     import numpy as np
 
     import torch_tfrecord as tt
-    from torch_tfrecord.index import decode_index
+    from torch_tfrecord.records.index import decode_index
 
     known = _data()
     table = attempt(lambda: decode_index(data, "fuzzed.idx"))
@@ -94,7 +94,7 @@ def seeds() -> dict[str, bytes]:
 
 def load() -> None:
     import torch_tfrecord
-    import torch_tfrecord.index  # noqa: F401
+    import torch_tfrecord.records.index  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ def check(data: bytes) -> None:
     )
 
     import torch_tfrecord as tt
-    from torch_tfrecord import native
-    from torch_tfrecord.framing import encode_record
+    from torch_tfrecord.codec import decode as codec_decode
+    from torch_tfrecord.codec import native
+    from torch_tfrecord.records.framing import encode_record
 
     if not SPECS:
         load()
@@ -81,7 +82,7 @@ def check(data: bytes) -> None:
     context, steps = SEQUENCE_SPECS[choice % len(SEQUENCE_SPECS)]
     ours = outcome(lambda: native.decode_sequences([record], context, steps, None))
     reference = outcome(
-        lambda: decode_with("python", lambda: tt.codec._parse_sequences([record], context, steps, None))
+        lambda: decode_with("python", lambda: codec_decode._parse_sequences([record], context, steps, None))
     )
     assert agree(ours, reference), ("sequence", ours, reference)
 
@@ -109,9 +110,9 @@ def seeds() -> dict[str, bytes]:
 
 def load_instrumented() -> None:
     os.environ["TORCH_TFRECORD_DECODER"] = "native"
-    import torch_tfrecord.native
+    import torch_tfrecord.codec.native
 
-    assert torch_tfrecord.native._native is not None, "the extension did not load"
+    assert torch_tfrecord.codec.native._native is not None, "the extension did not load"
     load()
 
 

@@ -74,8 +74,8 @@ def check(data: bytes) -> None:
     import numpy as np
 
     import torch_tfrecord as tt
-    from torch_tfrecord.index import index_from_sizes
-    from torch_tfrecord.reader import read_framed_sizes
+    from torch_tfrecord.records.index import index_from_sizes
+    from torch_tfrecord.records.reader import read_framed_sizes
 
     if not data:
         return
@@ -85,7 +85,7 @@ def check(data: bytes) -> None:
     path = _scratch(suffix)
     path.write_bytes(content)
 
-    from torch_tfrecord import _extension
+    from torch_tfrecord.support import extension as _extension
 
     if _extension.compiled is not None:
         for verify_crc in (True, False):
@@ -154,7 +154,7 @@ def seeds() -> dict[str, bytes]:
 
 def load() -> None:
     import torch_tfrecord
-    import torch_tfrecord.index  # noqa: F401
+    import torch_tfrecord.records.index  # noqa: F401
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ def _both_decoders(call: Any) -> Any:
 def check(data: bytes) -> None:
     """Raises AssertionError (or any non-library exception) on a spec bug."""
     import torch_tfrecord as tt
-    from torch_tfrecord.schema import InferredSequenceSpec, infer_spec_from_records
+    from torch_tfrecord.codec.schema import InferredSequenceSpec, infer_spec_from_records
 
     if not _CHOICES:
         _CHOICES.update(_choices())
@@ -192,8 +192,8 @@ def seeds() -> dict[str, bytes]:
 
 def load() -> None:
     import torch_tfrecord
-    import torch_tfrecord.native
-    import torch_tfrecord.schema  # noqa: F401
+    import torch_tfrecord.codec.native
+    import torch_tfrecord.codec.schema  # noqa: F401
 
 
 if __name__ == "__main__":

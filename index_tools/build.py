@@ -10,20 +10,28 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from typing import Literal
 
-from torch_tfrecord import remote
-from torch_tfrecord._cli import plural
-from torch_tfrecord._processes import worker_processes
-from torch_tfrecord.compressed_index import (
+from torch_tfrecord.data.shard_index import load_shard_index
+from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
+from torch_tfrecord.records import remote
+from torch_tfrecord.records.compressed.index import (
     CompressedIndex,
     default_compressed_index_path,
     save_compressed_index,
 )
-from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
-from torch_tfrecord.index import build_index, check_table, default_index_path, save_index
-from torch_tfrecord.inflate import build_compressed_index
-from torch_tfrecord.io import PathLike, StorageOptions, exists, file_size, is_url, join, resolve_compression
-from torch_tfrecord.reader import OnError, ReadStats
-from torch_tfrecord.shards import load_shard_index
+from torch_tfrecord.records.compressed.inflate import build_compressed_index
+from torch_tfrecord.records.index import build_index, check_table, default_index_path, save_index
+from torch_tfrecord.records.io import (
+    PathLike,
+    StorageOptions,
+    exists,
+    file_size,
+    is_url,
+    join,
+    resolve_compression,
+)
+from torch_tfrecord.records.reader import OnError, ReadStats
+from torch_tfrecord.support.processes import worker_processes
+from torch_tfrecord.support.text import plural
 
 __all__ = ["BuildResult", "IndexCheck", "build_indexes", "index_path_for", "index_status"]
 
@@ -102,7 +110,7 @@ def index_status(
 ) -> IndexCheck:
     """Checks ``index_path`` (an offset or a compressed index) against the data file ``path``
     (``allow_damaged_gaps``: an index built with ``on_error="skip"`` is fresh too; see
-    :func:`torch_tfrecord.index.check_index`)."""
+    :func:`torch_tfrecord.records.index.check_index`)."""
     if not exists(index_path, storage_options):
         return IndexCheck("missing", f"no index at {os.fspath(index_path)!r}")
     try:

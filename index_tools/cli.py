@@ -18,19 +18,18 @@ from typing import Any
 
 import numpy as np
 
-from torch_tfrecord._cli import (
+from torch_tfrecord.cli.options import (
     add_command,
     add_debug_option,
     add_storage_options,
-    plural,
-    progress_bar,
     storage_options,
 )
-from torch_tfrecord._processes import WorkerDiedError
-from torch_tfrecord.compressed_index import CompressedIndex
+from torch_tfrecord.data.shard_index import load_shard_index
 from torch_tfrecord.errors import TFRecordError
-from torch_tfrecord.io import expand_sources
-from torch_tfrecord.shards import load_shard_index
+from torch_tfrecord.records.compressed.index import CompressedIndex
+from torch_tfrecord.records.io import expand_sources
+from torch_tfrecord.support.processes import WorkerDiedError
+from torch_tfrecord.support.text import plural, progress_bar
 
 from .build import BuildResult, build_indexes, index_path_for, index_status
 
@@ -40,7 +39,8 @@ __all__ = ["main"]
 def _cmd_build(args: argparse.Namespace) -> int:
     # The damaged regions are listed below: their warnings are not logged as well (for this
     # command only: a caller that runs main() in its own process keeps its logging).
-    loggers = [logging.getLogger(name) for name in ("torch_tfrecord.reader", "torch_tfrecord.inflate")]
+    names = ("torch_tfrecord.records.reader", "torch_tfrecord.records.compressed.inflate")
+    loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
         logger.setLevel(logging.ERROR)

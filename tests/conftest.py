@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from torch_tfrecord import _extension
-from torch_tfrecord.framing import encode_record
+from torch_tfrecord.records.framing import encode_record
+from torch_tfrecord.support import extension as _extension
 
 DATA = Path(__file__).parent / "data"
 RECORDS = DATA / "records"

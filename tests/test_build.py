@@ -22,7 +22,7 @@ for _ in range(3):
     assert tt.decode_batch([record], {"a": tt.FixedLen((2,), torch.int64)})["a"].tolist() == [[1, 2]]
 print(tt.native.decoder())
 from importlib import metadata
-from torch_tfrecord._extras import install_hint
+from torch_tfrecord.support.extras import install_hint
 assert "vision" in metadata.metadata("torch-tfrecord").get_all("Provides-Extra")
 print(install_hint("vision"))
 """

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from torch_tfrecord._cli import plural
 from torch_tfrecord.cli import main
+from torch_tfrecord.support.text import plural
 
 
 def test_count(records_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -129,9 +129,9 @@ import torch_tfrecord as tt
 assert "torch" not in sys.modules
 assert set(tt.__all__) <= set(dir(tt))
 assert set(tt.__all__) == set(tt._EXPORTS), set(tt.__all__) ^ set(tt._EXPORTS)  # a new name goes in both
-import torch_tfrecord.dataset  # binds the collate submodule on the package: tt.collate stays the function
-assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.collate", tt.collate
-assert tt.TFRecordDataset.__module__ == "torch_tfrecord.dataset"
+import torch_tfrecord.data.dataset  # binds submodules on the package: tt.collate stays the function
+assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.data.collate", tt.collate
+assert tt.TFRecordDataset.__module__ == "torch_tfrecord.data.dataset"
 assert tt.native.decoder() in ("native", "python")
 for name in tt.__all__:
     getattr(tt, name)
@@ -220,7 +220,7 @@ def test_every_tool_names_the_same_damaged_record(tmp_path: Path, capsys: pytest
     count, build_index and `tfrecord-index build` (header walks) used to name record 1 there."""
     import torch_tfrecord as tt
     from index_tools.cli import main as index_main
-    from torch_tfrecord.framing import encode_record
+    from torch_tfrecord.records.framing import encode_record
 
     first = encode_record(bytes(range(200)))
     framed = first[:80] + b"inserted" + first[80:] + encode_record(b"next") + encode_record(b"last")
@@ -247,7 +247,7 @@ def test_every_tool_names_the_same_damaged_record(tmp_path: Path, capsys: pytest
 
 
 def test_head_says_1_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from torch_tfrecord.framing import encode_record
+    from torch_tfrecord.records.framing import encode_record
 
     path = tmp_path / "one.tfrecord"
     path.write_bytes(encode_record(b"\x01") + encode_record(b"\xff\xfe"))

@@ -310,7 +310,7 @@ def test_targets_train_a_torchvision_mask_rcnn(coco: Path, tmp_path: Path) -> No
 
 def test_preview_tints_each_objects_pixels(coco: Path, tmp_path: Path) -> None:
     from torch_tfrecord.errors import FeatureError
-    from torch_tfrecord.preview import render_grid
+    from torch_tfrecord.vision.preview import render_grid
 
     images = str(coco.parent / "images")
     sheets = []

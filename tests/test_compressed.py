@@ -23,14 +23,15 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.compressed_index import (
+from torch_tfrecord.records.compressed.index import (
     COMPRESSED_INDEX_SUFFIX,
     decode_compressed_index,
     default_compressed_index_path,
     encode_compressed_index,
 )
-from torch_tfrecord.framing import encode_record
-from torch_tfrecord.inflate import SEGMENT, CompressedShard
+from torch_tfrecord.records.compressed.inflate import SEGMENT
+from torch_tfrecord.records.compressed.shard import CompressedShard
+from torch_tfrecord.records.framing import encode_record
 
 pytest.importorskip("rapidgzip")
 
@@ -90,7 +91,7 @@ def test_tensorflow_written_shards_read_as_tensorflow_parses_them(golden_dir: Pa
 
 
 def test_no_index_scans_once_and_logs(golden_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="torch_tfrecord.shards"):
+    with caplog.at_level(logging.INFO, logger="torch_tfrecord.data.shard_index"):
         tt.TFRecordDataset(golden_dir / "b-gzip.tfrecord.gz", spec=SPEC)
     assert (
         "no index for" in caplog.text

@@ -24,8 +24,8 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord import convert
-from torch_tfrecord._processes import WorkerDiedError
 from torch_tfrecord.convert._write import WriteOptions, write_records
+from torch_tfrecord.support.processes import WorkerDiedError
 from torch_tfrecord.vision import decode_image, to_detection_target
 
 PIL = pytest.importorskip("PIL")
@@ -554,7 +554,7 @@ def test_csv_column_types_are_checked(tmp_path: Path) -> None:
 
 
 def test_preview_names_the_record_whose_image_does_not_decode(tmp_path: Path) -> None:
-    from torch_tfrecord.preview import render_grid
+    from torch_tfrecord.vision.preview import render_grid
 
     good = io.BytesIO()
     PILImage.new("RGB", (8, 8)).save(good, format="PNG")

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, random_split
 
 import torch_tfrecord as tt
-from torch_tfrecord.dataset import resolve_world
+from torch_tfrecord.data.world import resolve_world
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 
@@ -477,9 +477,9 @@ def test_indexed_dataset_pickles_without_open_files(id_shards: Callable[..., lis
     paths = id_shards([5])
     ds = tt.IndexedTFRecordDataset(paths, spec=SPEC)
     assert int(ds[2]["id"]) == 2  # opens the file
-    assert ds.files._files  # an open descriptor ...
+    assert ds.files._local._open  # an open descriptor ...
     clone = pickle.loads(pickle.dumps(ds))
-    assert not clone.files._files  # ... that was not pickled
+    assert not clone.files._local._open  # ... that was not pickled
     assert int(clone[4]["id"]) == 4
     loader = DataLoader(
         ds, batch_size=5, num_workers=1, multiprocessing_context="spawn", collate_fn=tt.collate
@@ -569,7 +569,7 @@ def test_varlen_samples_under_the_default_collate_name_tt_collate(
 
 
 def test_an_empty_source_list_is_refused() -> None:
-    from torch_tfrecord.shards import RecordFiles
+    from torch_tfrecord.data.shards import RecordFiles
 
     for make in (
         lambda: tt.TFRecordDataset([], spec=SPEC),

@@ -12,9 +12,10 @@ import pytest
 import tomllib
 
 import torch_tfrecord as tt
-from torch_tfrecord import _extras, preview
-from torch_tfrecord._extras import hint_for, install_hint
 from torch_tfrecord.convert import _images
+from torch_tfrecord.support import extras as _extras
+from torch_tfrecord.support.extras import hint_for, install_hint
+from torch_tfrecord.vision import preview
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = [ROOT / "torch_tfrecord", ROOT / "index_tools"]
@@ -84,7 +85,7 @@ def test_no_hint_bypasses_the_helper() -> None:
         f"{path.relative_to(ROOT)}:{number}"
         for package in PACKAGES
         for path in package.rglob("*.py")
-        if path.name != "_extras.py"
+        if path.name != "extras.py"
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"pip install .?torch-tfrecord", line)
     ]

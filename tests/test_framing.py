@@ -7,7 +7,7 @@ import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from torch_tfrecord.framing import (
+from torch_tfrecord.records.framing import (
     FRAME_OVERHEAD,
     decode_header,
     encode_record,

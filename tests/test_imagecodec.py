@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 import torch_tfrecord as tt
-from torch_tfrecord import _imagecodec
-from torch_tfrecord._packing import pack_tensors
+from torch_tfrecord.codec import image_batch as _imagecodec
+from torch_tfrecord.data.packing import pack_tensors
 from torch_tfrecord.errors import FeatureTypeError, SpecError
 from torch_tfrecord.vision import decode_image
 

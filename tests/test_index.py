@@ -19,7 +19,7 @@ from torch_tfrecord import (
     load_index,
     save_index,
 )
-from torch_tfrecord.index import count_records, decode_index, encode_index, index_from_sizes
+from torch_tfrecord.records.index import count_records, decode_index, encode_index, index_from_sizes
 
 
 def test_index_of_tensorflow_file_equals_dali_tfrecord2idx(records_dir: Path, golden: dict) -> None:
@@ -63,7 +63,7 @@ _INDEX_TEXT = st.lists(
 
 @given(_INDEX_TEXT)
 def test_the_compiled_index_parser_agrees_with_numpy_and_the_strict_parser(text: bytes) -> None:
-    from torch_tfrecord import index
+    from torch_tfrecord.records import index
 
     def parse(native: object) -> object:
         saved, index._native = index._native, native

@@ -17,7 +17,7 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord.cli import main
-from torch_tfrecord.inspect import format_text
+from torch_tfrecord.codec.inspect import format_text
 
 PIL = pytest.importorskip("PIL")
 from PIL import Image as PILImage  # noqa: E402
@@ -111,7 +111,7 @@ def test_preview_draws_images_labels_and_boxes(tmp_path: Path, capsys: pytest.Ca
 def test_preview_tiles_of_one_colour_stay_apart(colour: tuple[int, int, int]) -> None:
     # Same-coloured neighbours used to touch and read as one band. Whatever the images' colour
     # (even the background's or the frame's), a line across two neighbours crosses something else.
-    from torch_tfrecord.preview import render_grid
+    from torch_tfrecord.vision.preview import render_grid
 
     buffer = io.BytesIO()
     PILImage.new("RGB", (40, 40), colour).save(buffer, format="PNG")

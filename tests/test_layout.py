@@ -9,9 +9,12 @@ belongs to its module; other modules use what it exports (private *modules*, suc
 from __future__ import annotations
 
 import ast
+import importlib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import layers
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -136,7 +139,7 @@ def graph() -> Graph:
 
 
 def test_the_package_has_no_import_cycle(graph: Graph) -> None:
-    assert graph.edges.get("torch_tfrecord.codec")
+    assert graph.edges.get("torch_tfrecord.codec.decode")
     assert cycles(graph.edges) == []
 
 
@@ -145,12 +148,13 @@ def test_no_module_uses_another_modules_private_names(graph: Graph) -> None:
 
 
 def test_the_decoder_backends_meet_only_in_the_seam(graph: Graph) -> None:
-    """codec picks a backend; the backends share _assemble and never import codec or each other."""
+    """decode picks a backend; the backends share assemble and never import decode or each other."""
     edges = graph.edges
-    assert {"torch_tfrecord._protobuf", "torch_tfrecord.native"} <= edges["torch_tfrecord.codec"]
-    for backend, other in (("_protobuf", "native"), ("native", "_protobuf")):
-        assert "torch_tfrecord._assemble" in edges[f"torch_tfrecord.{backend}"]
-        assert not {"torch_tfrecord.codec", f"torch_tfrecord.{other}"} & edges[f"torch_tfrecord.{backend}"]
+    codec = "torch_tfrecord.codec"
+    assert {f"{codec}.protobuf", f"{codec}.native"} <= edges[f"{codec}.decode"]
+    for backend, other in (("protobuf", "native"), ("native", "protobuf")):
+        assert f"{codec}.assemble" in edges[f"{codec}.{backend}"]
+        assert not {f"{codec}.decode", f"{codec}.{other}"} & edges[f"{codec}.{backend}"]
 
 
 def test_the_checks_catch_a_planted_cycle_and_private_imports(tmp_path: Path) -> None:
@@ -163,3 +167,74 @@ def test_the_checks_catch_a_planted_cycle_and_private_imports(tmp_path: Path) ->
     planted = build_graph(tmp_path, ("pkg",))
     assert cycles(planted.edges) == [["pkg.a", "pkg.b"]]
     assert planted.private_uses == ["pkg.a: from pkg.b import _helper", "pkg.b: a._secret (line 4)"]
+
+
+# The layers (tests/layers.py): folders by layer, imports downward only, modules that stay small.
+
+LONGEST_MODULE = 450  # lines; the compiled extension's C source is one file by choice
+
+
+def test_every_module_belongs_to_a_layer(graph: Graph) -> None:
+    assert [m for m in graph.files if layers.group_of(m) is None] == []
+
+
+def test_imports_run_downward_and_siblings_stay_apart(graph: Graph) -> None:
+    """A module imports its own layer and those below, never above; data, vision and convert
+    (one layer) do not import each other; nothing outside a subpackage imports its private
+    modules (``_name``) or names."""
+    wrong = []
+    for module, targets in graph.edges.items():
+        level, group = layers.group_of(module)  # type: ignore[misc]
+        for target in targets:
+            target_level, target_group = layers.group_of(target)  # type: ignore[misc]
+            if target_level > level or (target_level == level and target_group != group):
+                wrong.append(f"{module} ({group}) imports {target} ({target_group})")
+            private = [part for part in target.split(".") if part.startswith("_") and part != "__init__"]
+            home = target.rpartition(".")[0]
+            if private and not (module == home or module.startswith(home + ".")) and level != layers.TOP:
+                wrong.append(f"{module} imports the private module {target}")
+    assert wrong == []
+
+
+def test_the_checks_catch_an_import_from_above() -> None:
+    assert layers.group_of("torch_tfrecord.records.reader") == (1, "records")
+    assert layers.group_of("torch_tfrecord.data.dataset") == (3, "datasets")
+    assert layers.group_of("torch_tfrecord.somewhere_new") is None
+
+
+def test_modules_stay_under_the_length_limit(graph: Graph) -> None:
+    long = {
+        module: length
+        for module, path in graph.files.items()
+        if (length := len(path.read_text().splitlines())) >= LONGEST_MODULE
+        and not path.name.endswith("_pb2.py")
+    }
+    assert long == {}
+
+
+def test_the_architecture_page_shows_the_layers_as_they_are() -> None:
+    assert layers.documented() == layers.table(), "run `python tests/layers.py` to rewrite the table"
+
+
+def test_every_name_on_the_architecture_page_exists() -> None:
+    """The path of a batch names real modules, classes and methods: a rename breaks this test."""
+    text = layers.DOC.read_text()
+    names = set(re.findall(r"`(torch_tfrecord(?:\.\w+)+)`", text.split(layers.BEGIN)[0]))
+    assert len(names) > 15
+    missing = []
+    for name in sorted(names):
+        parts = name.split(".")
+        for split in range(len(parts), 0, -1):
+            try:
+                value: object = importlib.import_module(".".join(parts[:split]))
+            except ModuleNotFoundError:
+                continue
+            try:
+                for attribute in parts[split:]:
+                    value = getattr(value, attribute)
+            except AttributeError:
+                missing.append(name)
+            break
+        else:
+            missing.append(name)
+    assert missing == []

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord._mixing import Schedule, locate, quotas
+from torch_tfrecord.data.mixing import Schedule, locate, quotas
 
 SIZES = {"web": 30, "books": 7, "code": 12}
 
@@ -133,7 +133,7 @@ def test_exact_proportions_equal_batches_and_each_source_once_per_pass(folder: P
 
 
 def test_a_mix_under_a_loader_without_batch_size_uses_the_fast_convert(folder: Path) -> None:
-    from torch_tfrecord._loader import convert
+    from torch_tfrecord.data.loader import convert
 
     mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=40, batch_size=4)
     loader = DataLoader(mixed, batch_size=None)

@@ -37,11 +37,13 @@ from torch_tfrecord import (
     Ragged,
     RawTensor,
     VarLen,
-    _extension,
-    native,
 )
-from torch_tfrecord.framing import encode_record
+from torch_tfrecord.codec import decode as codec_decode
+from torch_tfrecord.codec import native
 from torch_tfrecord.proto import Example, SequenceExample
+from torch_tfrecord.records import gather
+from torch_tfrecord.records.framing import encode_record
+from torch_tfrecord.support import extension as _extension
 
 pytestmark = pytest.mark.skipif(native._native is None, reason="the native extension is not built")
 
@@ -394,7 +396,9 @@ def test_golden_tensorflow_records_decode_identically(examples_dir: Path) -> Non
         "ids": VarLen(torch.int64),
     }
     ours = native.decode_sequences(sequences, context, sequence, None)
-    reference = decode_with("python", lambda: tt.codec._parse_sequences(sequences, context, sequence, None))
+    reference = decode_with(
+        "python", lambda: codec_decode._parse_sequences(sequences, context, sequence, None)
+    )
     assert same(ours, reference)
 
 
@@ -428,7 +432,7 @@ def test_sequence_corners_agree() -> None:
             ours = outcome(lambda s=subset, p=spec: native.decode_sequences(s, context, p, None))
             reference = outcome(
                 lambda s=subset, p=spec: decode_with(
-                    "python", lambda: tt.codec._parse_sequences(s, context, p, None)
+                    "python", lambda: codec_decode._parse_sequences(s, context, p, None)
                 )
             )
             assert agree(ours, reference), (subset, spec, ours, reference)
@@ -506,7 +510,7 @@ def test_mutated_sequence_examples_agree() -> None:
         ours = outcome(lambda r=record: native.decode_sequences([r], context, sequence, None))
         reference = outcome(
             lambda r=record: decode_with(
-                "python", lambda: tt.codec._parse_sequences([r], context, sequence, None)
+                "python", lambda: codec_decode._parse_sequences([r], context, sequence, None)
             )
         )
         assert agree(ours, reference), (record, ours, reference)
@@ -564,7 +568,7 @@ def test_native_crc_matches_crc32c_package() -> None:
 
 def test_software_crc_agrees(tmp_path: Path) -> None:
     code = (
-        "import crc32c, torch_tfrecord.native as n\n"
+        "import crc32c, torch_tfrecord.codec.native as n\n"
         "assert n._native.HW_CRC == 0\n"
         "for size in (0, 5, 8, 100, 4097):\n"
         "    data = bytes(range(256)) * 17\n"
@@ -579,8 +583,8 @@ def test_software_crc_agrees(tmp_path: Path) -> None:
 def test_read_framed_in_one_call_equals_the_per_record_reads(
     id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torch_tfrecord import shards
-    from torch_tfrecord.shards import RecordFiles
+    from torch_tfrecord.data import shards
+    from torch_tfrecord.data.shards import RecordFiles
 
     files = RecordFiles.from_sources(id_shards([5, 0, 9, 4]))
     rng = np.random.default_rng(1)
@@ -604,11 +608,11 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
         files.read_framed([3, 18])
     # The records of a batch that lie apart are copied from each file's mapping; without the
     # mappings every run is a pread, with the same bytes.
-    assert sum(mapping is not None for mapping in files._maps) == 3  # the empty shard is not mapped
+    assert sum(mapping is not None for mapping in files._local.maps) == 3  # the empty shard is not mapped
     unmapped = RecordFiles(files.paths, files.tables)
     for ids in batches[:3] + batches[4:]:
         unmapped.read_framed(ids)
-        unmapped._maps = [None] * len(files.paths)
+        unmapped._local.maps = [None] * len(files.paths)
         assert unmapped.read(ids) == files.read(ids)
         buffer, starts, sizes = unmapped.read_framed(ids)  # type: ignore[misc]
         assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
@@ -618,7 +622,7 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     ids = np.array([17, 0, 6, 15, 1])
     buffer, starts, sizes = fewer.read_framed(ids)  # type: ignore[misc]
     assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
-    assert len(fewer._files) == 2
+    assert len(fewer._local._open) == 2
 
 
 def _long_shard(path: Path, records: int = 600) -> Path:
@@ -629,7 +633,7 @@ def _long_shard(path: Path, records: int = 600) -> Path:
 
 
 def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -> None:
-    from torch_tfrecord.shards import RecordFiles
+    from torch_tfrecord.data.shards import RecordFiles
 
     if _extension.compiled is None:
         pytest.skip("the extension is not built")
@@ -639,7 +643,7 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
     files = ds._decoder.files
     assert isinstance(files, RecordFiles)
     apart = np.array([590, 3, 400, 250, 580])  # far apart: copied from the mapping, not read
-    assert files.read_framed(apart) is not None and files._maps[0] is not None
+    assert files.read_framed(apart) is not None and files._local.maps[0] is not None
     with open(path, "r+b") as handle:  # records 400 on lie on pages wholly past the new end
         handle.truncate(8 * 4096)
     # The copy meets SIGBUS on a page past the end: the batch read says it failed...
@@ -662,7 +666,7 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
 
 _BUS_SCRIPT = """
 import faulthandler, mmap, numpy as np, os, signal, sys
-from torch_tfrecord.shards import RecordFiles
+from torch_tfrecord.data.shards import RecordFiles
 when, what, shard, other = sys.argv[1:]
 if when == "before":
     faulthandler.enable()
@@ -736,12 +740,12 @@ def test_read_into_coalesces_and_reports_short_reads(tmp_path: Path) -> None:
         offsets = np.array([10, 20, 30, 500, 0], dtype=np.int64)
         sizes = np.array([10, 10, 5, 100, 3], dtype=np.int64)
         out = bytearray(2 + int(sizes.sum()))
-        assert native.read_into(fd, offsets, sizes, out, 2) == 5
+        assert gather.read_into(fd, offsets, sizes, out, 2) == 5
         assert bytes(out[2:]) == data[10:35] + data[500:600] + data[0:3]
         past = np.array([0, 1000], dtype=np.int64)
-        assert native.read_into(fd, past, np.array([10, 100], dtype=np.int64), bytearray(110), 0) == 1
+        assert gather.read_into(fd, past, np.array([10, 100], dtype=np.int64), bytearray(110), 0) == 1
         with pytest.raises(ValueError, match="too small"):
-            native.read_into(fd, offsets, sizes, bytearray(5), 0)
+            gather.read_into(fd, offsets, sizes, bytearray(5), 0)
     finally:
         os.close(fd)
 
@@ -859,7 +863,7 @@ def test_empty_batch_decodes_alike(
 def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     id_shards: Callable[..., list[Path]],
 ) -> None:
-    from torch_tfrecord.shards import RecordFiles
+    from torch_tfrecord.data.shards import RecordFiles
 
     paths = id_shards([4])
     files = RecordFiles.from_sources(paths)
@@ -867,14 +871,14 @@ def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     assert bytes(buffer[starts[1] : starts[1] + sizes[1]]) == encode_record(
         tt.encode_example({"id": 0, "x": []})
     )
-    os.close(files._fd(0))  # the descriptor fails under it: EBADF (read, not mapped)
-    files._unmap(0)
+    os.close(files._local.fd(0))  # the descriptor fails under it: EBADF (read, not mapped)
+    files._local._unmap(0)
     try:
         assert files.read_framed([1]) is None
         with pytest.raises(OSError):
             files.read([1])
     finally:
-        files._files.clear()
+        files._local._open.clear()
     with open(paths[0], "r+b") as handle:
         handle.truncate(os.path.getsize(paths[0]) - 5)
     shrunk = RecordFiles(files.paths, files.tables)
@@ -892,7 +896,7 @@ def test_a_disagreement_is_logged_and_protobuf_wins(
 
     monkeypatch.setattr(native, "decode_examples", reject)
     monkeypatch.setenv(native.ENV_VAR, "native")
-    with caplog.at_level("WARNING", logger="torch_tfrecord.codec"):
+    with caplog.at_level("WARNING", logger="torch_tfrecord.codec.decode"):
         batch = tt.decode_batch([good_record(3)], {"pair": SPEC["pair"]})
     assert batch["pair"].tolist() == [[3, -3]]
     assert "native decoder rejected a batch that the protobuf decoder accepts" in caplog.text

@@ -25,7 +25,7 @@ _PATHS = "import sysconfig as s; print(s.get_paths()['include']); print(s.get_co
 
 _SMOKE = r"""
 import array, importlib.util, struct, sys
-spec = importlib.util.spec_from_file_location("torch_tfrecord._native", sys.argv[1])
+spec = importlib.util.spec_from_file_location("torch_tfrecord.support._native", sys.argv[1])
 native = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(native)
 
@@ -117,7 +117,7 @@ def builds(
         ).stdout.split()
         target = out / f"_native{paths[1]}"
         command = [compiler, "-shared", "-fPIC", *_compile_args(), "-Werror", f"-I{paths[0]}"]
-        command += [str(ROOT / "torch_tfrecord" / "_native.c"), "-o", str(target)]
+        command += [str(ROOT / "torch_tfrecord" / "support" / "_native.c"), "-o", str(target)]
         running[version] = (
             python,
             target,

@@ -12,17 +12,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord import order as native_order
-from torch_tfrecord.order import (
+from torch_tfrecord.data import permutation as native_order
+from torch_tfrecord.data.order import (
     EpochPlan,
     Progress,
     WorkerSlice,
     block_size,
     merge_progress,
-    mix_seed,
-    permute,
     rest_of_epoch,
 )
+from torch_tfrecord.data.permutation import permute
+from torch_tfrecord.support.seeds import mix_seed
 
 
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 4, 5, 15, 16, 17, 1000, 4097, 65_537])
@@ -93,7 +93,7 @@ def test_the_compiled_permutation_refuses_values_outside_its_range() -> None:
 def test_the_order_of_a_seed_is_the_same_from_version_to_version() -> None:
     # Saved states name positions of this order: it must never change.
     assert permute(np.arange(8), 1000, 1, 0).tolist() == [225, 274, 965, 199, 891, 694, 684, 673]
-    assert native_order._permute_windows(np.arange(8), 20, 8, 1, 0).tolist() == [3, 5, 2, 6, 4, 0, 1, 7]
+    assert native_order.permute_windows(np.arange(8), 20, 8, 1, 0).tolist() == [3, 5, 2, 6, 4, 0, 1, 7]
 
 
 def test_permute_rejects_positions_outside() -> None:

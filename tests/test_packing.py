@@ -11,8 +11,8 @@ import torch.multiprocessing  # registers the tensor reductions with ForkingPick
 from torch.utils.data import DataLoader, IterableDataset
 
 import torch_tfrecord as tt
-from torch_tfrecord import _packing
-from torch_tfrecord._packing import InlineBatch, pack_tensors
+from torch_tfrecord.data import packing as _packing
+from torch_tfrecord.data.packing import InlineBatch, pack_tensors
 
 
 def _sent(batch: Any) -> Any:

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
 from torch_tfrecord.errors import SpecError
-from torch_tfrecord.framing import encode_record
+from torch_tfrecord.records.framing import encode_record
 
 EXAMPLES = Path(__file__).parent / "data" / "examples"
 CONTEXT_SPEC = {"id": tt.FixedLen((), bytes), "length": tt.FixedLen((), torch.int64)}

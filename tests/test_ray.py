@@ -31,8 +31,8 @@ import torch_tfrecord as tt
 ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
-from torch_tfrecord.ray import TFRecordDatasource, read_tfrecords, write_tfrecords  # noqa: E402
-from torch_tfrecord.ray.datasource import plan_runs  # noqa: E402
+from torch_tfrecord.integrations.ray import TFRecordDatasource, read_tfrecords, write_tfrecords  # noqa: E402
+from torch_tfrecord.integrations.ray.datasource import plan_runs  # noqa: E402
 
 N = 600
 SPEC = {
@@ -442,7 +442,7 @@ def test_shard_names_and_bytes_do_not_depend_on_scheduling(
 def test_a_write_task_killed_mid_write_leaves_no_partial_shard(
     cluster: None, shards: list[str], tmp_path: Path
 ) -> None:
-    from torch_tfrecord.ray import TFRecordDatasink
+    from torch_tfrecord.integrations.ray import TFRecordDatasink
 
     marker = tmp_path / "killed-once"
     out = tmp_path / "out"

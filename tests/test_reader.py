@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import torch_tfrecord._scan as scan_module
+import torch_tfrecord.records.scan as scan_module
 from torch_tfrecord import (
     CompressedIndexError,
     CorruptRecordError,
@@ -25,7 +25,7 @@ from torch_tfrecord import (
     build_index,
     read_records,
 )
-from torch_tfrecord.framing import encode_record
+from torch_tfrecord.records.framing import encode_record
 
 READABLE = [
     "plain.tfrecord",
@@ -233,7 +233,7 @@ def test_offsets_refused_for_compressed_files(records_dir: Path) -> None:
 def test_huge_length_is_rejected_before_allocating(write_raw: Callable[..., Path]) -> None:
     import struct
 
-    from torch_tfrecord.framing import masked_crc32c
+    from torch_tfrecord.records.framing import masked_crc32c
 
     length = struct.pack("<Q", (1 << 63) - 1)
     path = write_raw([b"ok"], tail=length + struct.pack("<I", masked_crc32c(length)) + b"xx")
@@ -245,7 +245,7 @@ def test_huge_length_is_rejected_before_allocating(write_raw: Callable[..., Path
 def test_huge_length_in_compressed_stream_does_not_allocate(tmp_path: Path) -> None:
     import struct
 
-    from torch_tfrecord.framing import masked_crc32c
+    from torch_tfrecord.records.framing import masked_crc32c
 
     length = struct.pack("<Q", 1 << 62)
     path = tmp_path / "big.gz"

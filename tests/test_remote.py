@@ -26,8 +26,9 @@ from remote_servers import FaultProxy, gcs_emulator, moto_server, s3_options
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord import remote
-from torch_tfrecord._extras import install_hint
+from torch_tfrecord.records import remote
+from torch_tfrecord.records.io import expand_sources
+from torch_tfrecord.support.extras import install_hint
 
 pytest.importorskip("fsspec")
 pytest.importorskip("s3fs")
@@ -179,7 +180,8 @@ def test_retrying_gives_up_after_the_attempts_and_names_the_url(caplog: pytest.L
         calls.append(1)
         raise ConnectionResetError(errno.ECONNRESET, "reset")
 
-    with caplog.at_level(logging.WARNING, "torch_tfrecord.remote"), pytest.raises(tt.RemoteIOError) as info:
+    remote_logger = "torch_tfrecord.records.remote"
+    with caplog.at_level(logging.WARNING, remote_logger), pytest.raises(tt.RemoteIOError) as info:
         remote.retrying(flaky, "s3://b/k", "reading bytes 0..10")
     assert len(calls) == 4
     assert (
@@ -318,7 +320,7 @@ def test_s3_raw_payloads_match_local_record_for_record(
 
 def test_s3_read_records_and_directory_listing(s3: tuple[str, dict[str, Any]], local_shards: str) -> None:
     _, options = s3
-    paths = tt.io.expand_sources("s3://bucket/data", options)
+    paths = expand_sources("s3://bucket/data", options)
     assert [os.path.basename(p) for p in paths] == sorted(
         n for n in os.listdir(local_shards) if "idx" not in n
     )
@@ -331,7 +333,7 @@ def test_s3_read_records_and_directory_listing(s3: tuple[str, dict[str, Any]], l
             tt.read_records(local, entries=picked)
         )
     with pytest.raises(tt.SourceNotFoundError, match="glob matches no data file"):
-        tt.io.expand_sources("s3://bucket/data/valid-*.tfrecord", options)
+        expand_sources("s3://bucket/data/valid-*.tfrecord", options)
 
 
 def _cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -412,7 +414,8 @@ def test_s3_missing_object_and_denied_access_fail_fast_naming_the_url(
     start = time.monotonic()
     with pytest.raises(tt.SourceNotFoundError, match="s3://bucket/data/nope.tfrecord"):
         list(tt.read_records("s3://bucket/data/nope.tfrecord", storage_options=options))
-    with FaultProxy(endpoint, deny=True) as proxy, caplog.at_level(logging.WARNING, "torch_tfrecord.remote"):
+    remote_logger = "torch_tfrecord.records.remote"
+    with FaultProxy(endpoint, deny=True) as proxy, caplog.at_level(logging.WARNING, remote_logger):
         denied = s3_options(proxy.url)
         with pytest.raises(
             tt.RemoteIOError, match=r"s3://bucket/data/train-00000-of-00005.tfrecord.*PermissionError"
@@ -440,7 +443,7 @@ def test_s3_faults_are_retried_logged_and_the_data_is_right(
     local = _epoch(tt.TFRecordDataset(local_shards, spec=SPEC, seed=2, batch_size=50), workers=0)
     with (
         FaultProxy(endpoint, fail_every=3) as proxy,
-        caplog.at_level(logging.WARNING, "torch_tfrecord.remote"),
+        caplog.at_level(logging.WARNING, "torch_tfrecord.records.remote"),
     ):
         options = s3_options(
             proxy.url, config_kwargs={"retries": {"total_max_attempts": 1}}, skip_instance_cache=True
@@ -492,7 +495,7 @@ def test_https_style_urls_read_through_faults_with_logged_retries(
         fs.chmod(key, acl="public-read")  # readable by a plain GET, as a public dataset is
     with (
         FaultProxy(endpoint, fail_every=2) as proxy,
-        caplog.at_level(logging.WARNING, "torch_tfrecord.remote"),
+        caplog.at_level(logging.WARNING, "torch_tfrecord.records.remote"),
     ):
         url = f"{proxy.url}/bucket/data/{name}"  # moto serves objects over plain HTTP(S) GETs
         expected = list(tt.read_records(os.path.join(local_shards, name)))
@@ -567,7 +570,7 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     request is counted, those made through a file let go while another thread still reads it too."""
     import fsspec.implementations.memory as memory
 
-    from torch_tfrecord import shards
+    from torch_tfrecord.data import shards
 
     monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 3)
     paths = []

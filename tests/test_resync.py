@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import torch_tfrecord as tt
-from torch_tfrecord._resync import header_candidates
-from torch_tfrecord.framing import decode_header, encode_record, header_is_valid
-from torch_tfrecord.index import load_index
+from torch_tfrecord.records.framing import decode_header, encode_record, header_is_valid
+from torch_tfrecord.records.index import load_index
+from torch_tfrecord.records.resync import header_candidates
 
 N = 1000
 
@@ -99,7 +99,7 @@ def test_damage_at_the_end_is_reported_to_the_end(tmp_path: Path) -> None:
 
 def test_long_garbage_is_searched_in_buffers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Damage longer than a read buffer, and a record longer than one, on both sides of it."""
-    monkeypatch.setattr("torch_tfrecord._scan.CHUNK", 4096)
+    monkeypatch.setattr("torch_tfrecord.records.scan.CHUNK", 4096)
     big = random.Random(2).randbytes(20_000)
     records = [b"a", big, b"b"]
     garbage = bytes(30_000) + random.Random(3).randbytes(30_000)  # zeros: length 0 fits everywhere

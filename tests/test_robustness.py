@@ -21,7 +21,7 @@ import torch
 from wire import entry, example, ld, tag, varint
 
 import torch_tfrecord as tt
-from torch_tfrecord.framing import encode_record, masked_crc32c
+from torch_tfrecord.records.framing import encode_record, masked_crc32c
 
 GOOD = [tt.encode_example({"label": i, "x": tt.FloatList([i / 2, 1.0])}) for i in range(8)]
 SPEC = {"label": tt.FixedLen((), torch.int64), "x": tt.FixedLen((2,), torch.float32)}

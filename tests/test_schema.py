@@ -8,7 +8,7 @@ import torch
 import wire
 
 import torch_tfrecord as tt
-from torch_tfrecord.schema import InferredSequenceSpec, InferredSpec, infer_spec_from_records
+from torch_tfrecord.codec.schema import InferredSequenceSpec, InferredSpec, infer_spec_from_records
 
 
 def png_bytes() -> bytes:

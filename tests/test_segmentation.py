@@ -152,7 +152,7 @@ def test_instance_targets_from_the_object_mask(tmp_path) -> None:
 
 
 def test_preview_tints_mask_pixels_and_adds_a_legend(tmp_path) -> None:
-    from torch_tfrecord.preview import render_grid
+    from torch_tfrecord.vision.preview import render_grid
 
     expected = write_voc(tmp_path / "voc", count=1)
     convert.convert_voc_segmentation(str(tmp_path / "voc"), str(tmp_path / "out"))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import torch_tfrecord as tt
-from torch_tfrecord.spec import normalize_spec
+from torch_tfrecord.codec.spec import normalize_spec
 
 
 def test_fixed_len_validates_at_construction() -> None:

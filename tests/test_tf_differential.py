@@ -21,7 +21,8 @@ import torch
 from wire import EXAMPLE_SCHEMA, SEQUENCE_EXAMPLE_SCHEMA, cut_short, fields, ld
 
 import torch_tfrecord as tt
-from torch_tfrecord import FixedLen, FixedLenSequence, VarLen, native
+from torch_tfrecord import FixedLen, FixedLenSequence, VarLen
+from torch_tfrecord.codec import native
 
 DATA = Path(__file__).resolve().parent / "data" / "tf_differential"
 

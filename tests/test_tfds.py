@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.shards import RecordFiles
-from torch_tfrecord.tfds import UnsupportedFeatureError, boxes_to_xyxy, from_tfds, parse_split
-from torch_tfrecord.tfds.info import TFDSFormatError, resolve_version_dir
-from torch_tfrecord.tfds.splits import SplitError, SplitSlice, shard_ranges
+from torch_tfrecord.data.shards import RecordFiles
+from torch_tfrecord.integrations.tfds import UnsupportedFeatureError, boxes_to_xyxy, from_tfds, parse_split
+from torch_tfrecord.integrations.tfds.info import TFDSFormatError, resolve_version_dir
+from torch_tfrecord.integrations.tfds.splits import SplitError, SplitSlice, shard_ranges
 
 DATA = Path(__file__).resolve().parent / "data" / "tfds"
 FEATURES = DATA / "golden_features" / "1.0.0"

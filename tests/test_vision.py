@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import torch_tfrecord as tt
-from torch_tfrecord import vision
-from torch_tfrecord._extras import install_hint
+from torch_tfrecord.codec import image as vision
+from torch_tfrecord.support.extras import install_hint
 
 PIL = pytest.importorskip("PIL.Image")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from torch_tfrecord import RecordWriter, ShardedWriter, load_index, read_records
-from torch_tfrecord.index import build_index, default_index_path
+from torch_tfrecord.records.index import build_index, default_index_path
 
 
 def test_byte_identical_to_tensorflow(tmp_path: Path, records_dir: Path, golden: dict) -> None:

@@ -16,66 +16,66 @@ __version__ = "0.1.0"
 
 # Each public name and the submodule that defines it.
 _EXPORTS: dict[str, str] = {
-    "PADDING_KEY": "_pipeline",
-    "RECORD_ID_KEY": "_pipeline",
-    "BytesList": "encode",
-    "CompressedIndex": "compressed_index",
+    "PADDING_KEY": "data.pipeline",
+    "RECORD_ID_KEY": "data.pipeline",
+    "BytesList": "codec.encode",
+    "CompressedIndex": "records.compressed.index",
     "CompressedIndexError": "errors",
     "CorruptRecordError": "errors",
-    "DamagedRegion": "reader",
-    "EpochPlan": "order",
+    "DamagedRegion": "records.reader",
+    "EpochPlan": "data.order",
     "ExampleDecodeError": "errors",
-    "ExampleWriter": "writer",
+    "ExampleWriter": "codec.writer",
     "FeatureError": "errors",
     "FeatureShapeError": "errors",
     "FeatureTypeError": "errors",
-    "FixedLen": "spec",
-    "FixedLenSequence": "spec",
-    "FloatList": "encode",
-    "Image": "spec",
+    "FixedLen": "codec.spec",
+    "FixedLenSequence": "codec.spec",
+    "FloatList": "codec.encode",
+    "Image": "codec.spec",
     "IndexFormatError": "errors",
-    "IndexedTFRecordDataset": "dataset",
-    "Int64List": "encode",
+    "IndexedTFRecordDataset": "data.indexed",
+    "Int64List": "codec.encode",
     "MissingFeatureError": "errors",
-    "MixedDataset": "mix",
-    "Ragged": "ragged",
-    "RawTensor": "spec",
-    "ReadStats": "reader",
-    "RecordWriter": "writer",
+    "MixedDataset": "data.mix",
+    "Ragged": "codec.ragged",
+    "RawTensor": "codec.spec",
+    "ReadStats": "records.reader",
+    "RecordWriter": "records.writer",
     "RemoteIOError": "errors",
-    "ShardedWriter": "writer",
+    "ShardedWriter": "codec.writer",
     "SourceNotFoundError": "errors",
     "SpecError": "errors",
     "StaleIndexError": "errors",
-    "TFRecordDataset": "dataset",
+    "TFRecordDataset": "data.dataset",
     "TFRecordError": "errors",
     "TruncatedRecordError": "errors",
-    "VarLen": "spec",
-    "build_compressed_index": "inflate",
-    "build_index": "index",
-    "check_index": "index",
-    "collate": "collate",
-    "count_records": "index",
-    "decode_batch": "codec",
-    "decode_example": "codec",
-    "decode_sequence_batch": "codec",
-    "decode_sequence_example": "codec",
-    "default_index_path": "index",
-    "detection_spec": "vision",
-    "encode_example": "encode",
-    "encode_record": "framing",
-    "encode_sequence_example": "encode",
-    "from_tfds": "tfds.load",
-    "infer_spec": "schema",
-    "load_compressed_index": "compressed_index",
-    "load_index": "index",
-    "masked_crc32c": "framing",
-    "mix": "mix",
-    "read_records": "reader",
-    "save_compressed_index": "compressed_index",
-    "save_index": "index",
-    "segmentation_spec": "vision",
-    "split_batch": "collate",
+    "VarLen": "codec.spec",
+    "build_compressed_index": "records.compressed.inflate",
+    "build_index": "records.index",
+    "check_index": "records.index",
+    "collate": "data.collate",
+    "count_records": "records.index",
+    "decode_batch": "codec.decode",
+    "decode_example": "codec.decode",
+    "decode_sequence_batch": "codec.decode",
+    "decode_sequence_example": "codec.decode",
+    "default_index_path": "records.index",
+    "detection_spec": "vision.targets",
+    "encode_example": "codec.encode",
+    "encode_record": "records.framing",
+    "encode_sequence_example": "codec.encode",
+    "from_tfds": "integrations.tfds.load",
+    "infer_spec": "codec.schema",
+    "load_compressed_index": "records.compressed.index",
+    "load_index": "records.index",
+    "masked_crc32c": "records.framing",
+    "mix": "data.mix",
+    "read_records": "records.reader",
+    "save_compressed_index": "records.compressed.index",
+    "save_index": "records.index",
+    "segmentation_spec": "vision.targets",
+    "split_batch": "codec.rows",
 }
 
 __all__ = [
@@ -142,12 +142,19 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __getattr__
-    from ._pipeline import PADDING_KEY, RECORD_ID_KEY
-    from .codec import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
-    from .collate import collate, split_batch
-    from .compressed_index import CompressedIndex, load_compressed_index, save_compressed_index
-    from .dataset import IndexedTFRecordDataset, TFRecordDataset
-    from .encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
+    from .codec.decode import decode_batch, decode_example, decode_sequence_batch, decode_sequence_example
+    from .codec.encode import BytesList, FloatList, Int64List, encode_example, encode_sequence_example
+    from .codec.ragged import Ragged
+    from .codec.rows import split_batch
+    from .codec.schema import infer_spec
+    from .codec.spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
+    from .codec.writer import ExampleWriter, ShardedWriter
+    from .data.collate import collate
+    from .data.dataset import TFRecordDataset
+    from .data.indexed import IndexedTFRecordDataset
+    from .data.mix import MixedDataset, mix
+    from .data.order import EpochPlan
+    from .data.pipeline import PADDING_KEY, RECORD_ID_KEY
     from .errors import (
         CompressedIndexError,
         CorruptRecordError,
@@ -164,18 +171,29 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
         TFRecordError,
         TruncatedRecordError,
     )
-    from .framing import encode_record, masked_crc32c
-    from .index import build_index, check_index, count_records, default_index_path, load_index, save_index
-    from .inflate import build_compressed_index
-    from .mix import MixedDataset, mix
-    from .order import EpochPlan
-    from .ragged import Ragged
-    from .reader import DamagedRegion, ReadStats, read_records
-    from .schema import infer_spec
-    from .spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
-    from .tfds.load import from_tfds
-    from .vision import detection_spec, segmentation_spec
-    from .writer import ExampleWriter, RecordWriter, ShardedWriter
+    from .integrations.tfds.load import from_tfds
+    from .records.compressed.index import CompressedIndex, load_compressed_index, save_compressed_index
+    from .records.compressed.inflate import build_compressed_index
+    from .records.framing import encode_record, masked_crc32c
+    from .records.index import (
+        build_index,
+        check_index,
+        count_records,
+        default_index_path,
+        load_index,
+        save_index,
+    )
+    from .records.reader import DamagedRegion, ReadStats, read_records
+    from .records.writer import RecordWriter
+    from .vision.targets import detection_spec, segmentation_spec
+
+
+# Modules the documentation reaches as attributes (``tt.native.decoder()``), by where they live.
+_MODULES: dict[str, str] = {
+    "native": "codec.native",
+    "order": "data.order",
+    "remote": "records.remote",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -185,6 +203,8 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f".{module_name}", __name__), name)
         globals()[name] = value  # later lookups skip this function
         return value
+    if name in _MODULES:
+        return importlib.import_module(f".{_MODULES[name]}", __name__)
     if not name.startswith("__"):
         try:
             return importlib.import_module(f".{name}", __name__)
@@ -202,7 +222,7 @@ class _Package(types.ModuleType):
     """Keeps a public name from being replaced by the submodule of the same name.
 
     Importing a submodule binds it as an attribute of the package: importing
-    ``torch_tfrecord.collate`` (as ``dataset`` does) would turn ``tt.collate`` from the function
+    ``torch_tfrecord.data.collate`` (as ``dataset`` does) would turn ``tt.collate`` from the function
     into the module.
     """
 

@@ -1,5 +1,5 @@
 """`python -m torch_tfrecord` runs the `torch-tfrecord` command."""
 
-from .cli import main
+from .cli.main import main
 
 raise SystemExit(main())

@@ -7,7 +7,7 @@ dependency of this project)::
 
 It prepares two small datasets with GeneratorBasedBuilders defined here:
 
-- ``golden_features/1.0.0``: every connector torch_tfrecord.tfds maps (nested
+- ``golden_features/1.0.0``: every connector torch_tfrecord.integrations.tfds maps (nested
   FeaturesDict, Image as JPEG and PNG, ClassLabel with names, Tensor of many dtypes, stored
   natively and as bytes, with None dimensions, Text, Scalar, BBoxFeature, Sequence of these,
   an empty Sequence, Audio, Video), splits ``train`` and ``test`` (3 shards each);

@@ -17,10 +17,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .._atomic import atomic_write
-from ..io import StorageOptions, is_url, join
-from ..label_map import LabelMap, LabelMapError
-from ..remote import read_bytes, write_bytes
+from ..codec.label_map import LabelMap, LabelMapError
+from ..records.atomic import atomic_write
+from ..records.io import StorageOptions, is_url, join
+from ..records.remote import read_bytes, write_bytes
 from ._write import ConversionError, ConversionResult, WriteOptions, write_records
 from .detection import coco_tasks, voc_tasks
 from .detection import encoder as detection_encoder

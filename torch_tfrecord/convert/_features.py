@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from ..encode import BytesList, FloatList, Int64List, encode_example
+from ..codec.encode import BytesList, FloatList, Int64List, encode_example
 from ._images import ImageInfo, probe, reencode
 
 __all__ = ["Box", "encode_detection", "load_image"]

@@ -13,7 +13,7 @@ import dataclasses
 import io
 from typing import Any
 
-from .._extras import install_hint
+from ..support.extras import install_hint
 
 __all__ = ["ImageInfo", "pillow", "probe", "reencode"]
 

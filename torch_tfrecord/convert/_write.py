@@ -21,11 +21,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._cli import progress_bar
-from .._processes import worker_processes
 from ..errors import TFRecordError
-from ..io import StorageOptions, is_url, join
-from ..writer import RecordWriter
+from ..records.io import StorageOptions, is_url, join
+from ..records.writer import RecordWriter
+from ..support.processes import worker_processes
+from ..support.text import progress_bar
 
 __all__ = ["ConversionError", "ConversionResult", "WriteOptions", "write_records"]
 

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ElementTree
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..label_map import LabelMap
+from ..codec.label_map import LabelMap
 from ._features import Box, encode_detection, load_image
 from ._write import ConversionError
 from .masks import instance_mask, mask_png

@@ -6,8 +6,8 @@ import dataclasses
 import functools
 import os
 
-from ..encode import BytesList, Int64List, encode_example
-from ..label_map import LabelMap
+from ..codec.encode import BytesList, Int64List, encode_example
+from ..codec.label_map import LabelMap
 from ._features import load_image
 from ._write import ConversionError
 

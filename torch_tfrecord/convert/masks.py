@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._extras import install_hint
+from ..support.extras import install_hint
 from ._images import pillow
 
 __all__ = ["instance_mask", "mask_api", "mask_png", "rle_counts"]

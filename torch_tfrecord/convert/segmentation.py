@@ -16,8 +16,8 @@ import os
 
 import numpy as np
 
-from ..encode import BytesList, Int64List, encode_example
-from ..label_map import LabelMap
+from ..codec.encode import BytesList, Int64List, encode_example
+from ..codec.label_map import LabelMap
 from ._features import load_image
 from ._images import pillow
 from ._write import ConversionError

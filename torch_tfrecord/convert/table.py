@@ -13,7 +13,7 @@ import functools
 import io
 from collections.abc import Mapping, Sequence
 
-from ..encode import BytesList, FloatList, Int64List, encode_example
+from ..codec.encode import BytesList, FloatList, Int64List, encode_example
 from ._write import ConversionError
 
 __all__ = ["COLUMN_TYPES", "RowTask", "csv_tasks", "encode_row", "infer_types", "parse_types"]

@@ -1,0 +1,282 @@
+"""Decoding a batch of encoded images: in threads, at a reduced scale when a size is asked, on a GPU.
+
+The default (no ``size``) gives exactly :func:`torch_tfrecord.vision.decode_image`'s pixels.
+With a size, a JPEG is decoded at the smallest libjpeg-turbo DCT scale (1/8 ... 1) that still
+covers the kept region with at least the output's pixels, then cropped and resized (bilinear,
+antialiased). simplejpeg does the scaled decode when installed (it releases the GIL); Pillow's
+``draft`` otherwise. The region comes from a generator seeded per record (see :func:`seeded`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import io
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+
+from ..support.seeds import mix_seed
+from .spec import Image
+
+__all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
+
+Box = tuple[int, int, int, int]  # top, left, height, width
+RecordIds = Sequence[int] | npt.NDArray[np.int64]
+
+# (seed, record ids) of the batch being decoded, set by the dataset around a decode so that
+# random regions depend on the record, not on which worker or batch decodes it.
+_SEEDS: contextvars.ContextVar[tuple[int, RecordIds] | None] = contextvars.ContextVar(
+    "torch_tfrecord_image_seeds", default=None
+)
+
+
+class UndecodableImage(Exception):
+    """Image ``index`` of a batch could not be decoded; ``cause`` is the codec's error."""
+
+    def __init__(self, index: int, cause: BaseException) -> None:
+        super().__init__(f"image {index}: {cause}")
+        self.index = index
+        self.cause = cause
+
+
+@contextlib.contextmanager
+def seeded(seed: int, record_ids: RecordIds) -> Iterator[None]:
+    """Random regions of the images decoded inside come from ``mix_seed(seed, record_id)``."""
+    token = _SEEDS.set((seed, record_ids))
+    try:
+        yield
+    finally:
+        _SEEDS.reset(token)
+
+
+def _generators(count: int) -> list[torch.Generator | None]:
+    current = _SEEDS.get()
+    if current is None or len(current[1]) != count:
+        return [None] * count  # outside a dataset: torch's global RNG, like torchvision's transforms
+    seed, ids = current
+    return [torch.Generator().manual_seed(mix_seed(seed, int(record_id))) for record_id in ids]
+
+
+def crop_box(height: int, width: int, spec: Image, generator: torch.Generator | None = None) -> Box:
+    """The region of a ``height`` x ``width`` image that ``spec`` resizes to its size.
+
+    ``"random"`` draws as torchvision's ``RandomResizedCrop.get_params`` does (10 tries, then the
+    centred region of the nearest allowed ratio), from ``generator``.
+    """
+    assert spec.size is not None
+    out_h, out_w = spec.size  # type: ignore[misc]
+    if spec.crop == "resize":
+        return 0, 0, height, width
+    if spec.crop == "center":
+        target = out_w / out_h
+        w = min(width, round(height * target))
+        h = min(height, round(width / target))
+        return (height - h) // 2, (width - w) // 2, max(h, 1), max(w, 1)
+    area = height * width
+    log_ratio = torch.log(torch.tensor(spec.ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(*spec.scale, generator=generator).item()
+        aspect = math.exp(torch.empty(1).uniform_(*log_ratio.tolist(), generator=generator).item())
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
+        if 0 < w <= width and 0 < h <= height:
+            top = int(torch.randint(0, height - h + 1, (1,), generator=generator).item())
+            left = int(torch.randint(0, width - w + 1, (1,), generator=generator).item())
+            return top, left, h, w
+    in_ratio = width / height
+    if in_ratio < spec.ratio[0]:
+        w, h = width, round(width / spec.ratio[0])
+    elif in_ratio > spec.ratio[1]:
+        h, w = height, round(height * spec.ratio[1])
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def resize(
+    image: torch.Tensor, box: tuple[float, float, float, float], size: tuple[int, int]
+) -> torch.Tensor:
+    """``image`` (uint8 CHW)'s region ``box`` (top, left, height, width, in its pixels, fractional
+    edges rounded to whole pixels) resized to ``size``, bilinear and antialiased."""
+    top, left, h, w = box
+    height, width = image.shape[-2:]
+    y0, x0 = max(0, round(top)), max(0, round(left))
+    y1, x1 = min(height, max(y0 + 1, round(top + h))), min(width, max(x0 + 1, round(left + w)))
+    region = image[:, y0:y1, x0:x1]
+    if tuple(region.shape[-2:]) == tuple(size):
+        return region.contiguous()
+    if region.device.type == "cpu":
+        # uint8 in, uint8 out: torch's vectorised uint8 path (channels-last), no float copy.
+        resized = F.interpolate(region[None], size=size, mode="bilinear", antialias=True, align_corners=False)
+        return resized[0]
+    floats = F.interpolate(
+        region[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
+    )
+    return floats[0].round_().clamp_(0, 255).to(torch.uint8)
+
+
+@functools.cache
+def _simplejpeg() -> Any:
+    try:
+        import simplejpeg
+    except ImportError:
+        return None
+    return simplejpeg
+
+
+def _is_jpeg(data: bytes | memoryview) -> bool:
+    return bytes(data[:3]) == b"\xff\xd8\xff"
+
+
+def reduced_decode(data: bytes, spec: Image, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One image decoded to ``spec.size`` on the CPU (see the module's docstring)."""
+    from .image import decode_image
+
+    assert spec.size is not None
+    out_h, out_w = spec.size  # type: ignore[misc]
+    if not _is_jpeg(data):
+        full = decode_image(data, spec.mode)
+        height, width = full.shape[-2:]
+        return resize(full, crop_box(height, width, spec, generator), (out_h, out_w))
+    simplejpeg = _simplejpeg()
+    if simplejpeg is not None:
+        height, width, _, _ = simplejpeg.decode_jpeg_header(data)
+        top, left, h, w = crop_box(height, width, spec, generator)
+        # The smallest DCT scale that keeps at least the output's pixels across the region.
+        need_h, need_w = math.ceil(height * out_h / h), math.ceil(width * out_w / w)
+        array = simplejpeg.decode_jpeg(
+            data,
+            colorspace="RGB" if spec.mode == "RGB" else "GRAY",
+            min_height=min(need_h, height),
+            min_width=min(need_w, width),
+        )
+        scaled = torch.from_numpy(array).permute(2, 0, 1)  # a channels-last view
+    else:
+        import PIL.Image
+
+        with PIL.Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+            top, left, h, w = crop_box(height, width, spec, generator)
+            need = (min(math.ceil(width * out_w / w), width), min(math.ceil(height * out_h / h), height))
+            image.draft(spec.mode, need)
+            array = np.asarray(image.convert(spec.mode))
+        if array.ndim == 2:
+            array = array[:, :, None]
+        scaled = torch.from_numpy(array.copy()).permute(2, 0, 1)
+    fy, fx = scaled.shape[-2] / height, scaled.shape[-1] / width
+    return resize(scaled, (top * fy, left * fx, h * fy, w * fx), (out_h, out_w))
+
+
+_POOL: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _threads() -> int:
+    """Threads per decoding process: the cores this process may use, shared among DataLoader workers."""
+    forced = os.environ.get("TORCH_TFRECORD_IMAGE_THREADS")
+    if forced:
+        return max(1, int(forced))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    info = torch.utils.data.get_worker_info()
+    return max(1, cores // (info.num_workers if info is not None else 1))
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None or _POOL[0] != os.getpid():  # a forked worker does not inherit the threads
+        _POOL = (os.getpid(), ThreadPoolExecutor(_threads(), thread_name_prefix="tt-image"))
+    return _POOL[1]
+
+
+def _each(count: int, decode_one: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+    def guarded(i: int) -> torch.Tensor:
+        try:
+            return decode_one(i)
+        except Exception as error:  # the codec's own error type: the caller names the record
+            raise UndecodableImage(i, error) from error
+
+    if count < 2 or _threads() < 2:
+        return [guarded(i) for i in range(count)]
+    return list(_pool().map(guarded, range(count)))
+
+
+def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] | torch.Tensor:
+    """A batch's images as ``spec`` asks: a list of CHW tensors, or one ``[B, C, H, W]``
+    tensor with ``spec.size``.
+
+    Raises:
+        UndecodableImage: naming the index of the first image that does not decode.
+    """
+    from .image import decode_image
+
+    if spec.device != "cpu":
+        return _decode_on_gpu(encoded, spec)
+    if spec.size is None:
+        return _each(len(encoded), lambda i: decode_image(encoded[i], spec.mode))
+    generators = _generators(len(encoded))
+    out_h, out_w = spec.size  # type: ignore[misc]
+    channels = 3 if spec.mode == "RGB" else 1
+    out = torch.empty((len(encoded), channels, out_h, out_w), dtype=torch.uint8)
+    if torch.utils.data.get_worker_info() is not None:
+        # Decoded straight into shared memory: the batch goes to the main process with no copy.
+        out.share_memory_()  # type: ignore[no-untyped-call]
+
+    def into(i: int) -> torch.Tensor:
+        out[i] = reduced_decode(encoded[i], spec, generators[i])
+        return out[i]
+
+    _each(len(encoded), into)
+    return out
+
+
+def _decode_on_gpu(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] | torch.Tensor:
+    """JPEGs decoded by nvJPEG in one batched call, other formats on the CPU then moved."""
+    from .image import decode_image, image_backend
+
+    if image_backend() != "torchvision" or not torch.cuda.is_available():
+        raise RuntimeError(f"Image(device={spec.device!r}) needs torchvision and a CUDA device")
+    import torchvision.io as tvio
+
+    device = torch.device(spec.device)
+    read_mode = tvio.ImageReadMode.RGB if spec.mode == "RGB" else tvio.ImageReadMode.GRAY
+    if spec.mode == "unchanged":
+        read_mode = tvio.ImageReadMode.UNCHANGED
+    jpegs = [i for i, data in enumerate(encoded) if _is_jpeg(data)]
+    images: list[torch.Tensor | None] = [None] * len(encoded)
+    if jpegs:
+        tensors = [torch.frombuffer(bytearray(encoded[i]), dtype=torch.uint8) for i in jpegs]
+        try:
+            decoded = tvio.decode_jpeg(tensors, mode=read_mode, device=device)
+        except RuntimeError:  # one bad image fails the batch call: find which, one at a time
+            decoded = []
+            for i, tensor in zip(jpegs, tensors, strict=True):
+                try:
+                    decoded.append(tvio.decode_jpeg(tensor, mode=read_mode, device=device))
+                except RuntimeError as error:
+                    raise UndecodableImage(i, error) from error
+        for i, image in zip(jpegs, decoded, strict=True):
+            images[i] = image
+    for i, data in enumerate(encoded):
+        if images[i] is None:
+            try:
+                images[i] = decode_image(data, spec.mode).to(device, non_blocking=True)
+            except Exception as error:
+                raise UndecodableImage(i, error) from error
+    full = [image for image in images if image is not None]
+    if spec.size is None:
+        return full
+    generators = _generators(len(full))
+    return torch.stack(
+        [
+            resize(image, crop_box(image.shape[-2], image.shape[-1], spec, generator), spec.size)  # type: ignore[arg-type]
+            for image, generator in zip(full, generators, strict=True)
+        ]
+    )

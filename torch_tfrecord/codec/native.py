@@ -1,0 +1,326 @@
+"""The native decoder's Python side: which decoder runs, specs as columns, columns as tensors.
+
+The compiled extension ``torch_tfrecord.support._native`` checks framing and CRCs and walks the
+protobuf wire format of a whole batch in one call, filling one column per spec key (values and
+row offsets) without the GIL. This module compiles a spec into the extension's column table and
+turns its columns into the same tensors, :class:`Ragged` and lists as the protobuf decoder.
+
+The protobuf decoder (:mod:`torch_tfrecord.codec.protobuf`) stays the reference: when the extension
+rejects a batch (:class:`Rejected`), :mod:`torch_tfrecord.codec.decode` decodes it again with protobuf,
+which raises the exact error (class, key, record and message), so both decoders fail the same way.
+
+``TORCH_TFRECORD_DECODER`` picks the decoder: ``auto`` (default: native when built),
+``native`` (an ImportError if it is not built) or ``python`` (see :mod:`torch_tfrecord.support.extension`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ..support.extension import ENV_VAR, compiled, not_built, requested
+from .assemble import (
+    Column,
+    byte_rows,
+    byte_scalars,
+    fixed_tensor,
+    images,
+    ragged,
+    ragged_steps,
+    raw_tensor,
+    stack_raw,
+    text_steps,
+)
+from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind
+
+__all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_sequences", "decoder"]
+
+# The extension as a name of this module, so that tests can take it away (None: not built).
+_native: ModuleType | None = compiled
+
+_KIND = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
+_MODE_VAR, _MODE_FIXED, _MODE_MULT, _MODE_ONE = 0, 1, 2, 3
+_REASONS = {
+    1: "out of memory",
+    2: "not a valid serialized message",
+    3: "a feature holds another type of values",
+    4: "a feature holds the wrong number of values",
+    5: "a required feature is missing",
+    6: "the record framing does not match its index entry",
+    7: "a CRC does not match",
+}
+_warned = False
+# FixedLen numbers that need no cast: the column's values are the tensor (fixed_tensor's result).
+_NATURAL = {torch.int64: np.int64, torch.float32: np.float32}
+
+
+class Rejected(Exception):
+    """The native decoder found a record it cannot decode; the protobuf decoder says why.
+
+    Attributes:
+        code: what the extension found (see ``reason``).
+        record: the record's position in the batch.
+    """
+
+    def __init__(self, code: int, record: int) -> None:
+        self.code = code
+        self.record = record
+        self.reason = _REASONS.get(code, f"error {code}")
+        super().__init__(f"record {record} of the batch: {self.reason}")
+
+
+def decoder() -> Literal["native", "python"]:
+    """The decoder that runs now: ``"native"`` or ``"python"`` (see ``TORCH_TFRECORD_DECODER``).
+
+    Raises:
+        ValueError: the variable holds something else.
+        ImportError: ``native`` is asked for and the extension is not built.
+    """
+    global _warned
+    choice = requested()
+    if choice == "python":
+        return "python"
+    if _native is not None:
+        return "native"
+    if choice == "native":
+        raise not_built()
+    if not _warned:
+        _warned = True
+        warnings.warn(
+            "torch_tfrecord: the native decoder is not built (no C compiler at install time?); "
+            "decoding with the protobuf runtime, several times slower",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return "python"
+
+
+def _default_bytes(spec: FixedLen) -> bytes | None:
+    values = spec.default_values()
+    if values is None or spec.dtype in (bytes, str):
+        return None
+    if list_kind(spec.dtype) == "int64_list":
+        return np.array([int(v) for v in values], dtype="<i8").tobytes()
+    return np.array(values, dtype="<f4").tobytes()
+
+
+def _column(key: str, spec: FeatureSpec, sequence: bool) -> tuple[Any, ...]:
+    """The extension's column: (key, kind, mode, numel, required, sequence, default)."""
+    name = key.encode()
+    if isinstance(spec, Image | RawTensor):  # one bytes value, decoded per record in Python
+        return (name, 1, _MODE_ONE, 1, 1, 0, None)
+    kind = _KIND[list_kind(spec.dtype)]
+    if sequence:  # a feature list: steps of numel values (FixedLenSequence) or of any length
+        if isinstance(spec, FixedLenSequence):
+            return (name, kind, _MODE_FIXED, math.prod(spec.shape), int(not spec.allow_missing), 1, None)
+        return (name, kind, _MODE_VAR, 0, 0, 1, None)
+    if isinstance(spec, FixedLen):
+        numel = math.prod(spec.shape)
+        if kind == 1 and spec.default is not None:  # a bytes default is filled in below
+            return (name, kind, _MODE_VAR, numel, 0, 0, None)
+        return (name, kind, _MODE_FIXED, numel, 0, 0, _default_bytes(spec))
+    if isinstance(spec, FixedLenSequence):
+        required = not spec.allow_missing and spec.default is None
+        return (name, kind, _MODE_MULT, math.prod(spec.shape), int(required), 0, None)
+    return (name, kind, _MODE_VAR, 0, 0, 0, None)
+
+
+@functools.lru_cache(maxsize=64)
+def _columns(
+    context: tuple[tuple[str, FeatureSpec], ...], sequence: tuple[tuple[str, FeatureSpec], ...]
+) -> tuple[tuple[Any, ...], ...] | None:
+    """The column table of a spec, or None when the native decoder does not take it."""
+    for _, spec in context:
+        if isinstance(spec, RawTensor) and not all(isinstance(d, int) for d in spec.shape):
+            return None  # dimensions named by other features: the protobuf decoder
+    return tuple(_column(k, s, False) for k, s in context) + tuple(_column(k, s, True) for k, s in sequence)
+
+
+def _run(
+    buffer: Any,
+    starts: npt.NDArray[np.int64],
+    lengths: npt.NDArray[np.int64],
+    table: tuple[tuple[Any, ...], ...],
+    *,
+    framed: bool = False,
+    verify_crc: bool = True,
+    sequence: bool = False,
+) -> list[tuple[bytes, Any, Any, Any]]:
+    assert _native is not None
+    result = _native.decode(
+        buffer, starts, lengths, table, framed=framed, verify_crc=verify_crc, sequence=sequence
+    )
+    if isinstance(result, tuple):
+        raise Rejected(result[0], result[1])
+    return result  # type: ignore[no-any-return]
+
+
+class _Assembler:
+    """Turns the extension's columns into the output types, through :mod:`._assemble` as the
+    protobuf backend does, so both give the same values and errors."""
+
+    def __init__(self, buffer: Any, n: int, locations: Sequence[str] | None) -> None:
+        self.buffer = buffer
+        self.n = n
+        self.locations = locations
+
+    def numbers(self, values: Any, dtype: Any) -> npt.NDArray[Any]:
+        return np.frombuffer(values, dtype=np.int64 if list_kind(dtype) == "int64_list" else np.float32)
+
+    def byte_values(self, values: Any, rows_buffer: Any, scalar: bool = False) -> list[Any]:
+        """Per record its bytes values; with ``scalar`` its only value (the extension checked)."""
+        assert _native is not None
+        return _native.bytes_rows(self.buffer, values, rows_buffer, scalar)  # type: ignore[no-any-return]
+
+    def singles(self, values: Any) -> list[memoryview]:
+        """Each record's only value (RawTensor, Image), as a view of the buffer."""
+        spans = np.frombuffer(values, dtype=np.int64).reshape(-1, 2).tolist()
+        view = memoryview(self.buffer)
+        return [view[start : start + length] for start, length in spans]
+
+    def feature(self, key: str, spec: FeatureSpec, column: tuple[bytes, Any, Any, Any]) -> Any:
+        status, rows_buffer, values, _ = column
+        if type(spec) is FixedLen and spec.dtype in _NATURAL:
+            # The column's own type and exact size (the extension checked): the tensor is its memory.
+            flat = np.frombuffer(values, dtype=_NATURAL[spec.dtype])
+            return torch.from_numpy(flat).view(self.n, *spec.shape)
+        where = Column(key, spec, self.locations)
+        if isinstance(spec, Image):
+            return images(where, spec, lambda: [bytes(data) for data in self.singles(values)])
+        if isinstance(spec, RawTensor):
+            dims = [int(d) for d in spec.shape]  # static or -1: named dimensions never come here
+            singles = self.singles(values)
+            tensors = [raw_tensor(where, spec, i, singles[i], list(dims)) for i in range(self.n)]
+            return stack_raw(spec, tensors)
+        kind = list_kind(spec.dtype)
+        if isinstance(spec, FixedLen):
+            if kind == "bytes_list":
+                return self.fixed_bytes(where, spec, status, rows_buffer, values)
+            return fixed_tensor(where, spec, self.numbers(values, spec.dtype), self.n)
+        if kind == "bytes_list":
+            return byte_rows(where, self.byte_values(values, rows_buffer), scalar=False)
+        inner = spec.shape if isinstance(spec, FixedLenSequence) else ()
+        rows = np.frombuffer(rows_buffer, dtype=np.int64)
+        return ragged(where, self.numbers(values, spec.dtype), rows, spec.dtype, inner)
+
+    def fixed_bytes(
+        self, where: Column, spec: FixedLen, status: bytes, rows_buffer: Any, values: Any
+    ) -> list[Any]:
+        scalar = spec.shape == ()
+        if spec.default is None:  # the extension checked every count
+            if scalar:
+                return byte_scalars(where, self.byte_values(values, rows_buffer, scalar=True))
+            return byte_rows(where, self.byte_values(values, rows_buffer))
+        listed = self.byte_values(values, rows_buffer)
+        numel = math.prod(spec.shape)
+        counts = np.diff(np.frombuffer(rows_buffer, dtype=np.int64))
+        present = np.frombuffer(status, dtype=np.uint8).astype(bool)
+        if (counts[present] != numel).any():
+            raise Rejected(4, int(np.flatnonzero(present & (counts != numel))[0]))
+        default = list(spec.default_values() or ())
+        return byte_rows(where, [row if present[i] else default for i, row in enumerate(listed)], scalar)
+
+    def sequence(self, key: str, spec: FixedLenSequence | VarLen, column: tuple[bytes, Any, Any, Any]) -> Any:
+        """A feature list: per record its steps (rows count steps; steps end at value offsets)."""
+        _, rows_buffer, values, steps_buffer = column
+        where = Column(key, spec, self.locations)
+        rows = np.frombuffer(rows_buffer, dtype=np.int64)
+        ends = np.concatenate([[0], np.frombuffer(steps_buffer, dtype=np.int64)])
+        if list_kind(spec.dtype) == "bytes_list":
+            steps = self.byte_values(values, ends)
+            bounds = zip(rows[:-1].tolist(), rows[1:].tolist())
+            per_record = text_steps(where, [steps[a:b] for a, b in bounds])
+            if isinstance(spec, FixedLenSequence):  # shape (): each step holds one value
+                return [[step[0] for step in record] for record in per_record]
+            return per_record
+        flat = self.numbers(values, spec.dtype)
+        if isinstance(spec, FixedLenSequence):
+            return ragged(where, flat, ends[rows], spec.dtype, spec.shape)
+        return ragged_steps(where, flat, ends, rows, spec.dtype)
+
+
+def _joined(records: Sequence[Any]) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    lengths = np.fromiter(map(len, records), dtype=np.int64, count=len(records))
+    starts = np.zeros(len(records), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return b"".join(records), starts, lengths
+
+
+def _decode_columns(
+    spec: Mapping[str, FeatureSpec], columns: list[Any], buffer: Any, n: int, locations: Sequence[str] | None
+) -> dict[str, Any]:
+    assembler = _Assembler(buffer, n, locations)
+    return {key: assembler.feature(key, s, column) for (key, s), column in zip(spec.items(), columns)}
+
+
+def decode_examples(
+    records: Sequence[Any], spec: Mapping[str, FeatureSpec], locations: Sequence[str] | None
+) -> dict[str, Any] | None:
+    """:func:`torch_tfrecord.decode_batch` natively; None when the extension does not take ``spec``.
+
+    Raises:
+        Rejected: a record the extension cannot decode.
+    """
+    table = _columns(tuple(spec.items()), ())
+    if table is None:
+        return None
+    buffer, starts, lengths = _joined(records)
+    columns = _run(buffer, starts, lengths, table)
+    return _decode_columns(spec, columns, buffer, len(records), locations)
+
+
+def decode_framed(
+    buffer: Any,
+    starts: npt.NDArray[np.int64],
+    framed_sizes: npt.NDArray[np.int64],
+    spec: Mapping[str, FeatureSpec],
+    *,
+    verify_crc: bool,
+) -> dict[str, Any] | None:
+    """Decodes framed records (``u64 length | u32 crc | data | u32 crc``) lying in ``buffer``.
+
+    Each record ``i`` is the ``framed_sizes[i]`` bytes at ``starts[i]``; its length field must
+    agree with that size, and with ``verify_crc`` both CRCs must match.
+
+    Returns:
+        The columns, or None when the extension does not take ``spec``.
+
+    Raises:
+        Rejected: a record is damaged or cannot be decoded.
+    """
+    table = _columns(tuple(spec.items()), ())
+    if table is None:
+        return None
+    columns = _run(buffer, starts, framed_sizes, table, framed=True, verify_crc=verify_crc)
+    return _decode_columns(spec, columns, buffer, len(starts), None)
+
+
+def decode_sequences(
+    records: Sequence[Any],
+    context_spec: Mapping[str, FeatureSpec],
+    sequence_spec: Mapping[str, FixedLenSequence | VarLen],
+    locations: Sequence[str] | None,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, torch.Tensor]] | None:
+    """The columns of SequenceExamples as the protobuf decoder gives them (before padding)."""
+    table = _columns(tuple(context_spec.items()), tuple(sequence_spec.items()))
+    if table is None:
+        return None
+    buffer, starts, lengths = _joined(records)
+    columns = _run(buffer, starts, lengths, table, sequence=True)
+    n = len(records)
+    context = _decode_columns(context_spec, columns[: len(context_spec)], buffer, n, locations)
+    assembler = _Assembler(buffer, n, locations)
+    sequences: dict[str, Any] = {}
+    step_counts: dict[str, torch.Tensor] = {}
+    for (key, spec), column in zip(sequence_spec.items(), columns[len(context_spec) :]):
+        sequences[key] = assembler.sequence(key, spec, column)
+        step_counts[key] = torch.from_numpy(np.diff(np.frombuffer(column[1], dtype=np.int64)))
+    return context, sequences, step_counts

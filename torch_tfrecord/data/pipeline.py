@@ -1,0 +1,231 @@
+"""The steps both datasets share: read records by id, decode them as a batch, run the transform.
+
+Bad records are handled here so the datasets keep their counts: with ``on_error="skip"`` a
+damaged record is replaced by a good one of the same batch, marked as padding, and logged.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from ..codec import native
+from ..codec.decode import SpecArg, decode_batch
+from ..codec.image_batch import seeded as image_seeds
+from ..codec.payloads import Payload, payload_for
+from ..codec.rows import split_batch
+from ..codec.schema import sample_dtypes
+from ..codec.spec import FeatureSpec, Image, normalize_spec
+from ..errors import ExampleDecodeError, FeatureError, TFRecordError
+from ..records.reader import OnError
+from ..support.seeds import mix_seed
+from .shards import RecordFiles
+
+__all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform"]
+
+logger = logging.getLogger(__name__)
+
+RECORD_ID_KEY = "_record_id"
+"""Key of each sample's global record id (its place in the concatenated shards)."""
+_TYPE_SAMPLE = 256  # records read at construction to type the keys of spec=None
+PADDING_KEY = "_padding"
+"""Key of the flag marking a sample that repeats a record (padding, or a stand-in for a bad one)."""
+
+
+class BatchDecoder:
+    """Reads and decodes the records with the given ids into one batch of columns."""
+
+    def __init__(
+        self,
+        files: RecordFiles,
+        spec: dict[str, FeatureSpec] | None,
+        *,
+        verify_crc: bool,
+        on_error: OnError,
+        payload: Payload | None = None,
+    ) -> None:
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"{on_error=} must be 'raise' or 'skip'")
+        keys = set(spec or {}) | set(payload.keys() if payload is not None else ())
+        reserved = {RECORD_ID_KEY, PADDING_KEY} | (payload.reserved if payload is not None else set())
+        if keys & reserved:
+            raise ValueError(f"feature key {sorted(keys & reserved)[0]!r} is reserved for metadata")
+        self.files = files
+        self.spec = spec
+        # Not an Example (spec="raw", SequenceExamples): the payload decodes the records.
+        self.payload = payload
+        # spec=None: the type of each key from a sample, for batches whose Features of a key
+        # hold no list (so that a column keeps its type from batch to batch).
+        self.dtypes = _sample_dtypes(files) if spec is None and payload is None else None
+        self.verify_crc = verify_crc
+        self.on_error = on_error
+        # Images drawn at random (crops) need the batch's seeds: with an Image feature, or a
+        # payload (SequenceExample contexts may hold one).
+        self.images = payload is not None or any(
+            isinstance(feature, Image) for feature in (spec or {}).values()
+        )
+        self.skipped = 0
+        self._scratch: bytearray | None = None  # the read buffer of the last batch, reused
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_scratch"] = None
+        return state
+
+    def decode_seeded(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """:meth:`decode`, the random regions of its images drawn from ``mix_seed(mix_seed(seed,
+        epoch), record_id)``: the same whichever worker or batch decodes a record."""
+        if not self.images:
+            return self.decode(ids, padding)
+        with image_seeds(mix_seed(seed, epoch), ids):
+            return self.decode(ids, padding)
+
+    def decode(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_]
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        """Decoded columns of the records ``ids``; returns them with the ids and padding flags.
+
+        With ``on_error="skip"`` the returned ids and flags say which records stand in for
+        damaged ones.
+        """
+        if self.payload is None and self.spec is not None and native.decoder() == "native":
+            decoded = self._decode_natively(ids)
+            if decoded is not None:
+                return decoded, ids, padding
+        records = self.files.read(ids, verify_crc=self.verify_crc, on_error=self.on_error)
+        bad = [i for i, record in enumerate(records) if record is None]
+        try:
+            if not bad:
+                return self._columns(records), ids, padding  # type: ignore[arg-type]
+        except (FeatureError, ExampleDecodeError):
+            # Decode again naming each record, to raise (or skip) with a precise message.
+            pass
+        return self._decode_carefully(ids, padding, records, set(bad))
+
+    def _decode_natively(self, ids: npt.NDArray[np.int64]) -> dict[str, Any] | None:
+        """Reads and decodes in compiled code; None for anything amiss (the careful path below
+        then raises or skips with the exact error)."""
+        assert self.spec is not None
+        # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
+        scratch, self._scratch = self._scratch or bytearray(), None
+        try:
+            framed = self.files.read_framed(ids, scratch)
+            if framed is None:
+                return None
+            buffer, starts, sizes = framed
+            scratch = buffer
+            try:
+                # The columns own their memory (values, and bytes copied out): nothing keeps
+                # a view of the buffer once this returns.
+                return native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+            except (native.Rejected, FeatureError):
+                return None
+        finally:
+            self._scratch = scratch
+
+    def _decode_carefully(
+        self,
+        ids: npt.NDArray[np.int64],
+        padding: npt.NDArray[np.bool_],
+        records: list[bytes | None],
+        bad: set[int],
+    ) -> tuple[dict[str, Any], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+        for i, record in enumerate(records):
+            if i in bad:
+                continue
+            try:
+                self._columns([record], [self.files.describe(int(ids[i]))])  # type: ignore[list-item]
+            except (FeatureError, ExampleDecodeError) as error:
+                if self.on_error == "raise":
+                    raise
+                logger.warning("skipping record: %s", error)
+                bad.add(i)
+        good = [i for i in range(len(records)) if i not in bad]
+        if not good:
+            raise TFRecordError(
+                f"every record of a batch of {len(records)} is damaged (first: "
+                f"{self.files.describe(int(ids[0]))}); nothing to stand in for them"
+            )
+        self.skipped += len(bad)
+        # Each damaged record's place goes to the next good record (the last good one at the end).
+        nearest = np.minimum(np.searchsorted(good, np.arange(len(ids))), len(good) - 1)
+        stand_in = np.where(
+            np.isin(np.arange(len(ids)), list(bad)), np.asarray(good)[nearest], np.arange(len(ids))
+        )
+        ids, padding = ids[stand_in], padding[stand_in] | np.isin(np.arange(len(ids)), list(bad))
+        return self._columns([records[i] for i in stand_in]), ids, padding  # type: ignore[misc]
+
+    def _columns(self, records: list[bytes], locations: list[str] | None = None) -> dict[str, Any]:
+        if self.payload is not None:
+            return self.payload.decode(records, locations)
+        return decode_batch(records, self.spec, locations=locations, dtypes=self.dtypes)
+
+    def split(self, batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
+        """The samples of a batch that :meth:`decode` returned."""
+        return split_batch(batch, size) if self.payload is None else self.payload.split(batch, size)
+
+
+def _sample_dtypes(files: RecordFiles) -> dict[str, Any]:
+    """Feature types from the first records of every shard (one run of reads per shard)."""
+    per_shard = -(-_TYPE_SAMPLE // max(1, len(files.shard_sizes)))
+    starts = np.cumsum((0, *files.shard_sizes[:-1]), dtype=np.int64)
+    ids = np.concatenate(
+        [np.arange(start, start + min(size, per_shard)) for start, size in zip(starts, files.shard_sizes)]
+        or [np.zeros(0, np.int64)]
+    )
+    try:
+        records = files.read(ids, verify_crc=False, on_error="skip")
+    except TFRecordError as error:  # the data's own reads report damage where it matters
+        logger.info("no feature types sampled for spec=None (%s)", error)
+        return {}
+    finally:
+        files.close()  # the workers open their own
+    return sample_dtypes(record for record in records if record is not None)
+
+
+class SeededTransform:
+    """Runs a user transform with torch's global RNG seeded for the sample, then restored.
+
+    So torchvision.transforms.v2 pipelines (which draw from the global RNG) give the same
+    augmentation for the same (seed, epoch, record) however many workers run. A transform that
+    takes a ``generator`` keyword also gets a ``torch.Generator`` seeded the same way.
+    """
+
+    def __init__(self, transform: Callable[..., Any]) -> None:
+        if not callable(transform):
+            raise TypeError(f"transform must be callable, got {type(transform).__name__}")
+        self.transform = transform
+        try:
+            parameters = inspect.signature(transform).parameters
+        except (TypeError, ValueError):  # some builtins have no signature
+            parameters = {}  # type: ignore[assignment]
+        self.takes_generator = "generator" in parameters
+
+    def __call__(self, item: Any, seed: int) -> Any:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            if self.takes_generator:
+                return self.transform(item, generator=torch.Generator().manual_seed(seed))
+            return self.transform(item)
+
+
+def decoder_for(
+    files: RecordFiles,
+    spec: SpecArg | str,
+    context_spec: SpecArg,
+    sequence_spec: SpecArg,
+    verify_crc: bool,
+    on_error: OnError,
+) -> BatchDecoder:
+    """The decoder of a dataset's arguments: Examples by spec, or raw / SequenceExample payloads."""
+    payload = payload_for(spec, context_spec, sequence_spec)
+    examples = None if payload is not None else normalize_spec(spec)  # type: ignore[arg-type]
+    return BatchDecoder(files, examples, verify_crc=verify_crc, on_error=on_error, payload=payload)

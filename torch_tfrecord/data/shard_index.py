@@ -1,0 +1,131 @@
+"""The index of each shard of a dataset: found beside it, by pattern, directory, mapping or
+function, or made by one scan; always checked against its file (a stale index is an error).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import SourceNotFoundError
+from ..records.compressed.index import (
+    CompressedIndex,
+    check_compressed_index,
+    decode_compressed_index,
+    default_compressed_index_path,
+    is_compressed_index,
+)
+from ..records.compressed.inflate import build_compressed_index
+from ..records.index import build_index, check_index, decode_index, default_index_path, read_index_bytes
+from ..records.io import StorageOptions, exists, join, resolve_compression
+from ..records.reader import OnError
+
+__all__ = ["IndexArg", "ShardIndex", "load_shard_index", "resolve_index"]
+
+logger = logging.getLogger(__name__)
+
+IndexArg = str | Mapping[str, str | npt.ArrayLike] | Callable[[str], str] | None
+"""Where indexes come from: None (``<path>.idx`` or a scan), a pattern such as
+``"/indexes/{name}.idx"`` (fields ``path``, ``name``, ``stem``, ``dir``), a directory holding
+``<name>.idx`` files (a string with no ``{``), a mapping from data
+path (or file name) to index path or ``(offset, framed_size)`` table, or a function of the path."""
+
+ShardIndex = npt.NDArray[np.int64] | CompressedIndex
+"""A plain file's ``(offset, framed_size)`` table, or a compressed file's index."""
+
+
+def _pattern_path(pattern: str, path: str) -> str:
+    name = os.path.basename(path)
+    fields = {"path": path, "name": name, "stem": os.path.splitext(name)[0], "dir": os.path.dirname(path)}
+    try:
+        return pattern.format(**fields)
+    except (KeyError, IndexError) as error:
+        raise ValueError(
+            f"index pattern {pattern!r} uses an unknown field {error}; use {{path}}, {{name}}, {{stem}} "
+            "or {dir}"
+        ) from None
+
+
+def resolve_index(
+    path: str, index: IndexArg = None, storage_options: StorageOptions = None, on_error: OnError = "raise"
+) -> ShardIndex:
+    """The index of one data file, checked against the file: a plain file's ``(offset,
+    framed_size)`` table, or a GZIP / ZLIB file's :class:`CompressedIndex`.
+
+    Args:
+        path: the data file (a path or URL).
+        index: see :data:`IndexArg`. Without one, ``<path>.cidx`` or ``<path>.idx`` is used
+            when it exists, else the file is scanned once in memory (a compressed file inflated).
+        storage_options: for the fsspec file system of URLs.
+        on_error: ``"skip"``: a damaged file without an index is indexed in its intact records
+            (the damaged regions logged; a compressed file keeps its records before the
+            damage), and an index that leaves damaged regions out (built with
+            ``on_error="skip"``) is accepted.
+
+    Raises:
+        StaleIndexError: the index does not describe the file (never silently rebuilt).
+        SourceNotFoundError: a named index file does not exist.
+    """
+    options = storage_options
+    gaps = on_error == "skip"
+    if index is None:
+        for index_path in (default_compressed_index_path(path), default_index_path(path)):
+            if exists(index_path, options):
+                return load_shard_index(index_path, path, options, allow_damaged_gaps=gaps)
+        compression = resolve_compression("auto", path, options)
+        if compression is not None:
+            found: ShardIndex = build_compressed_index(path, on_error=on_error, storage_options=options)
+        else:
+            found = build_index(path, on_error=on_error, storage_options=options)
+        logger.info(
+            "no index for %r: scanned it in memory (%d records); `tfrecord-index build` saves one",
+            path,
+            len(found.table if isinstance(found, CompressedIndex) else found),
+        )
+        return found
+    if isinstance(index, str):
+        if "{" in index:
+            return load_shard_index(_pattern_path(index, path), path, options, allow_damaged_gaps=gaps)
+        compressed = join(index, os.path.basename(default_compressed_index_path(path)))
+        if exists(compressed, options):
+            return load_shard_index(compressed, path, options, allow_damaged_gaps=gaps)
+        plain = join(index, os.path.basename(default_index_path(path)))
+        return load_shard_index(plain, path, options, allow_damaged_gaps=gaps)
+    if isinstance(index, Mapping):
+        entry = index.get(path, index.get(os.path.basename(path)))
+        if entry is None:
+            raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
+        if isinstance(entry, str | os.PathLike):
+            return load_shard_index(os.fspath(entry), path, options, allow_damaged_gaps=gaps)
+        table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
+        check_index(table, path, "<index mapping>", allow_damaged_gaps=gaps, storage_options=options)
+        return table
+    if callable(index):
+        return load_shard_index(os.fspath(index(path)), path, options, allow_damaged_gaps=gaps)
+    raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
+
+
+def load_shard_index(
+    index_path: str, data_path: str, options: StorageOptions = None, *, allow_damaged_gaps: bool = False
+) -> ShardIndex:
+    """Reads an index file of either kind (told apart by the compressed index's magic) and
+    checks it against its data file (``allow_damaged_gaps``: see :func:`~.index.check_index`).
+
+    Raises:
+        IndexFormatError: the index file is damaged or in neither format.
+        StaleIndexError: it does not describe ``data_path``.
+    """
+    data = read_index_bytes(index_path, options)
+    if is_compressed_index(data):
+        found = decode_compressed_index(data, index_path)
+        check_compressed_index(
+            found, data_path, index_path, allow_damaged=allow_damaged_gaps, storage_options=options
+        )
+        return found
+    table = decode_index(data, index_path)
+    check_index(table, data_path, index_path, allow_damaged_gaps=allow_damaged_gaps, storage_options=options)
+    return table

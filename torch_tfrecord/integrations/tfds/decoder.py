@@ -1,0 +1,311 @@
+"""TFDS records decoded as ``tfds.as_numpy`` gives them, in PyTorch's conventions.
+
+:class:`FeatureDecoder` holds the flat spec the records are decoded with (one entry per key
+TFDS wrote into each Example: nested names joined by ``/``) and turns decoded columns into
+nested dicts with TFDS's values (images uint8 CHW, text str). How each connector is stored is
+told in :mod:`.features`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import zlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...codec.image import decode_image
+from ...codec.ragged import Ragged
+from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, VarLen
+from ...codec.spec import Image as ImageSpec
+from ...errors import FeatureError
+from .features import (
+    DIRECT_DTYPES,
+    TORCH_DTYPES,
+    Feature,
+    FeaturesDict,
+    Image,
+    Sequence,
+    Shape,
+    Tensor,
+    Text,
+    UnsupportedFeatureError,
+)
+
+__all__ = ["FeatureDecoder"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Leaf:
+    """One leaf connector, where it sits, and the Example keys it reads."""
+
+    path: tuple[str, ...]
+    feature: Tensor | Image
+    steps: tuple[int | None, ...]  # the lengths of the Sequences around it, outermost first
+    containers: tuple[str, ...] = ()  # their kinds: Sequence, Dataset (RLDS steps), Video
+
+    @property
+    def key(self) -> str:
+        return "/".join(self.path)
+
+
+def _leaves(
+    feature: Feature, path: tuple[str, ...], steps: tuple[int | None, ...], containers: tuple[str, ...] = ()
+) -> Iterator[_Leaf]:
+    if isinstance(feature, FeaturesDict):
+        for key, child in feature.features.items():
+            yield from _leaves(child, (*path, key), steps, containers)
+    elif isinstance(feature, Sequence):
+        yield from _leaves(feature.feature, path, (*steps, feature.length), (*containers, feature.kind))
+    elif isinstance(feature, Tensor | Image):
+        yield _Leaf(path, feature, steps, containers)
+    else:
+        raise UnsupportedFeatureError(
+            f"feature {'/'.join(path)!r}: connector {feature.kind} is not supported"
+        )
+
+
+def _unsupported(leaf: _Leaf, why: str) -> UnsupportedFeatureError:
+    return UnsupportedFeatureError(f"feature {leaf.key!r} ({leaf.feature.describe()}): {why}")
+
+
+def _mode(image: Image) -> Any:
+    channels = image.shape[-1] if image.shape else None
+    return {3: "RGB", 1: "L"}.get(channels, "unchanged")  # type: ignore[arg-type]
+
+
+def _numeric_spec(shape: Shape, dtype: str) -> FeatureSpec:
+    """The spec of a list of numbers TFDS wrote for ``shape`` (with at most one None)."""
+    read_as = TORCH_DTYPES[dtype] if dtype in DIRECT_DTYPES else torch.int64
+    if None not in shape:
+        return FixedLen(tuple(d for d in shape if d is not None), read_as)
+    if shape[0] is None and None not in shape[1:]:
+        return FixedLenSequence(tuple(d for d in shape[1:] if d is not None), read_as, allow_missing=True)
+    return VarLen(read_as)
+
+
+class _Converter:
+    """Turns one leaf's decoded columns into its values, per sample and per batch."""
+
+    def __init__(self, leaf: _Leaf) -> None:
+        self.leaf = leaf
+        self.spec: dict[str, FeatureSpec] = {}
+        feature = leaf.feature
+        steps = leaf.steps
+        if len(steps) > 2:
+            raise _unsupported(leaf, "more than two levels of Sequence are not read here")
+        self.ragged = len(steps) == 2
+        if isinstance(feature, Image):
+            if self.ragged:
+                raise _unsupported(leaf, "a Sequence of Sequences of images is not read here")
+            self.kind = "image"
+            self.full_shape: Shape = (*steps, *feature.shape)
+            if not steps:
+                self.spec[leaf.key] = ImageSpec(_mode(feature))
+            else:
+                self.spec[leaf.key] = _string_spec(steps)
+            return
+        self.text = isinstance(feature, Text)
+        if feature.dtype == "string":
+            if len(feature.shape) > 1 or self.ragged or (feature.shape and steps):
+                raise _unsupported(leaf, "strings of more than one dimension are not read here")
+            self.kind = "string"
+            self.full_shape = (*steps, *feature.shape)
+            self.spec[leaf.key] = _string_spec(self.full_shape, str if self.text else bytes)
+            return
+        if feature.encoding != "none":
+            if self.ragged:
+                raise _unsupported(leaf, "encoded tensors in two levels of Sequence are not read here")
+            self.kind = "encoded"
+            self.dynamic = feature.shape.count(None) > 1
+            self.full_shape = (*steps, *feature.shape)
+            value_key = leaf.key + "/value" if self.dynamic else leaf.key
+            self.spec[value_key] = _string_spec(steps)
+            if self.dynamic:
+                self.spec[leaf.key + "/shape"] = _numeric_spec((*steps, len(feature.shape)), "int64")
+            return
+        self.kind = "numeric"
+        if (*steps, *feature.shape).count(None) > 1 and not self.ragged:
+            raise _unsupported(
+                leaf, "more than one None dimension needs encoding='bytes' (TFDS cannot write it)"
+            )
+        if self.ragged:
+            if None in feature.shape:
+                raise _unsupported(leaf, "a None dimension inside two levels of Sequence is not read here")
+            self.spec[leaf.key + "/ragged_flat_values"] = _numeric_spec((None, *feature.shape), feature.dtype)
+            self.spec[leaf.key + "/ragged_row_lengths_0"] = VarLen(torch.int64)
+            self.full_shape = (*steps, *feature.shape)
+            return
+        self.full_shape = (*steps, *feature.shape)
+        self.spec[leaf.key] = _numeric_spec(self.full_shape, feature.dtype)
+
+    # -- values ---------------------------------------------------------------------------
+
+    def _cast(self, tensor: torch.Tensor) -> torch.Tensor:
+        dtype = self.leaf.feature.dtype
+        if dtype in DIRECT_DTYPES:
+            return tensor
+        if dtype == "uint64":  # written as the int64 of the same bits
+            return tensor.view(torch.uint64)
+        return tensor.to(TORCH_DTYPES[dtype])
+
+    def _shape_for(self, numel: int) -> list[int]:
+        shape = self.full_shape
+        known = math.prod(d for d in shape if d is not None)
+        return [numel // known if known and d is None else (0 if d is None else d) for d in shape]
+
+    def _image_stack(self, blobs: list[bytes]) -> torch.Tensor:
+        image = self.leaf.feature
+        assert isinstance(image, Image)
+        frames = [decode_image(blob, _mode(image)) for blob in blobs]
+        if frames:
+            return torch.stack(frames)
+        height, width, channels = (d or 0 for d in (image.shape[-3:] if len(image.shape) >= 3 else (0, 0, 0)))
+        return torch.zeros((0, channels, height, width), dtype=torch.uint8)
+
+    def _decode_tensor(self, blob: bytes, shape: list[int] | None) -> torch.Tensor:
+        feature = self.leaf.feature
+        assert isinstance(feature, Tensor)
+        if feature.encoding == "zlib":
+            blob = zlib.decompress(blob)
+        dtype = np.dtype(feature.dtype) if feature.dtype != "bfloat16" else np.dtype(np.uint16)
+        array = np.frombuffer(bytearray(blob), dtype=dtype.newbyteorder("<"))
+        if shape is None:
+            dims = feature.shape
+            known = math.prod(d for d in dims if d is not None)
+            shape = [array.size // known if d is None and known else (d or 0) for d in dims]
+        try:
+            tensor = torch.from_numpy(array.astype(dtype.newbyteorder("="), copy=False).reshape(shape))
+        except ValueError:
+            raise FeatureError(
+                f"{array.size} values of {feature.dtype} do not fit the shape {shape}", key=self.leaf.key
+            ) from None
+        return tensor.view(torch.bfloat16) if feature.dtype == "bfloat16" else tensor
+
+    def _stack(self, tensors: list[torch.Tensor]) -> Any:
+        """The steps' tensors as one ``[steps, ...]`` tensor (a list when their shapes differ)."""
+        if tensors and all(t.shape == tensors[0].shape for t in tensors):
+            return torch.stack(tensors)
+        if tensors:
+            return tensors
+        feature = self.leaf.feature
+        assert isinstance(feature, Tensor)
+        return torch.zeros((0, *(d or 0 for d in feature.shape)), dtype=TORCH_DTYPES[feature.dtype])
+
+    def sample(self, columns: Mapping[str, Any]) -> Any:
+        key = self.leaf.key
+        if self.kind == "image":
+            return columns[key] if not self.leaf.steps else self._image_stack(list(columns[key]))
+        if self.kind == "string":
+            return columns[key]
+        if self.kind == "encoded":
+            if self.dynamic:
+                blobs, shapes = columns[key + "/value"], columns[key + "/shape"]
+                if not self.leaf.steps:
+                    return self._decode_tensor(blobs, shapes.tolist())
+                return self._stack(
+                    [self._decode_tensor(b, s) for b, s in zip(blobs, shapes.tolist(), strict=True)]
+                )
+            if not self.leaf.steps:
+                return self._decode_tensor(columns[key], None)
+            return self._stack([self._decode_tensor(blob, None) for blob in columns[key]])
+        if self.ragged:
+            values = self._cast(columns[key + "/ragged_flat_values"])
+            lengths = columns[key + "/ragged_row_lengths_0"]
+            offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=offsets[1:])
+            return Ragged(values, offsets)
+        value = self._cast(columns[key])
+        return value.reshape(self._shape_for(value.numel())) if isinstance(self.spec[key], VarLen) else value
+
+    def batch(self, columns: Mapping[str, Any], size: int) -> Any:
+        key = self.leaf.key
+        spec = next(iter(self.spec.values()))
+        if self.kind == "numeric" and not self.ragged and not isinstance(spec, VarLen):
+            column = columns[key]
+            if isinstance(column, Ragged):
+                return Ragged(self._cast(column.values), column.offsets)
+            return self._cast(column)
+        if self.kind == "string":
+            return columns[key]
+        if self.kind == "image" and not self.leaf.steps:
+            images = columns[key]
+            return torch.stack(images) if None not in self.leaf.feature.shape and images else images
+        rows = [self.sample({k: columns[k][i] for k in self.spec}) for i in range(size)]
+        static = None not in self.full_shape[len(self.leaf.steps) :]
+        if self.leaf.steps and self.leaf.steps[0] is None and not self.ragged and static:
+            return Ragged.from_rows(rows) if rows else rows  # steps vary: a Ragged of the steps
+        if static and rows and all(isinstance(r, torch.Tensor) for r in rows):
+            return torch.stack(rows)
+        return rows
+
+
+def _string_spec(shape: Shape, dtype: type[bytes] | type[str] = bytes) -> FeatureSpec:
+    if not shape:
+        return FixedLen((), dtype)
+    if shape[0] is None:
+        return FixedLenSequence((), dtype, allow_missing=True)
+    return FixedLen((shape[0],), dtype)
+
+
+def _nest(flat: Mapping[tuple[str, ...], Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for path, value in flat.items():
+        node = nested
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    nested.update(extra)
+    return nested
+
+
+class FeatureDecoder:
+    """The flat spec of a TFDS feature tree, and the step from its decoded columns to TFDS's values.
+
+    Args:
+        features: the connector tree (:func:`parse_features`).
+        batched: True when it is given decoded batches (the datasets' batch mode), False for
+            samples.
+
+    Raises:
+        UnsupportedFeatureError: a connector (or a nesting of one) that is not read here.
+    """
+
+    def __init__(self, features: Feature, *, batched: bool) -> None:
+        self.features = features
+        self.batched = batched
+        self.converters = [_Converter(leaf) for leaf in _leaves(features, (), ())]
+        self.spec: dict[str, FeatureSpec] = {}
+        for converter in self.converters:
+            self.spec.update(converter.spec)
+
+    def __call__(self, columns: dict[str, Any]) -> dict[str, Any]:
+        """Nested values from decoded columns (a sample's or a batch's); other keys pass through."""
+        extra = {key: value for key, value in columns.items() if key not in self.spec}
+        if self.batched:
+            size = len(next(iter(columns.values()))) if columns else 0
+            flat = {c.leaf.path: c.batch(columns, size) for c in self.converters}
+        else:
+            flat = {c.leaf.path: c.sample(columns) for c in self.converters}
+        return _nest(flat, extra)
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """``(feature path, connector, spec it is read with)`` per leaf: what ``schema`` prints."""
+        rows = []
+        for converter in self.converters:
+            specs = ", ".join(
+                repr(spec) if key == converter.leaf.key else f"{key[len(converter.leaf.key) :]}: {spec!r}"
+                for key, spec in converter.spec.items()
+            )
+            rows.append((converter.leaf.key, _steps_text(converter.leaf), specs))
+        return rows
+
+
+def _steps_text(leaf: _Leaf) -> str:
+    text = leaf.feature.describe()
+    for length, kind in zip(reversed(leaf.steps), reversed(leaf.containers), strict=True):
+        text = f"{kind}({text}{'' if length is None else f', length={length}'})"
+    return text

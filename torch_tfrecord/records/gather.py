@@ -1,0 +1,47 @@
+"""The compiled extension's batch reads: the framed records of many ids read (or copied from a
+mapping) into one buffer in one call, without the GIL. Callers check that it is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..support.extension import compiled as _native
+
+__all__ = ["gather", "read_into"]
+
+
+def read_into(
+    fd: int, offsets: npt.NDArray[np.int64], sizes: npt.NDArray[np.int64], out: Any, start: int
+) -> int:
+    """Reads the file regions into ``out`` back to back from ``start`` (one pread per run of
+    neighbouring regions, without the GIL); returns how many regions arrived whole."""
+    assert _native is not None
+    return int(_native.read_into(fd, offsets, sizes, out, start))
+
+
+def gather(
+    ids: npt.NDArray[np.int64],
+    shard_starts: npt.NDArray[np.int64],
+    tables: list[npt.NDArray[np.int64]],
+    fds: npt.NDArray[np.int64],
+    file_sizes: npt.NDArray[np.int64],
+    maps: list[Any],
+    out: Any,
+    starts_out: npt.NDArray[np.int64],
+    sizes_out: npt.NDArray[np.int64],
+    gap: int,
+) -> tuple[int, int]:
+    """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
+    _native.c): ``(0, bytes used)``, ``(1, shard to open first)``, ``(2, bytes out must hold)``,
+    ``(3, 0)`` for a record past its file's end or a failed read, ``(4, 0)`` for an id out of range.
+    Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
+    records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
+    it when they lie apart."""
+    assert _native is not None
+    return _native.gather(  # type: ignore[no-any-return]
+        ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap
+    )

@@ -1,0 +1,181 @@
+"""Remote paths: which paths are URLs, their fsspec file system, and whole-object operations.
+
+Any fsspec URL works (``s3://``, ``gs://``, ``https://``, ``memory://`` ...); fsspec and the
+protocol packages are the optional extra ``remote``, imported only when a URL is used.
+``file://`` URLs and plain paths never come here: they take the local fast path of ``io.py``.
+Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import posixpath
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import SourceNotFoundError
+from ...support.extras import install_hint
+from .retry import retrying
+
+__all__ = [
+    "StorageOptions",
+    "exists",
+    "expand",
+    "file_info",
+    "filesystem",
+    "is_url",
+    "make_dirs",
+    "move",
+    "read_bytes",
+    "read_head",
+    "remove",
+    "write_bytes",
+]
+
+StorageOptions = Mapping[str, Any] | None
+"""Keyword arguments for the fsspec file system of a URL (credentials, endpoint, ...)."""
+
+
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_url(path: str) -> bool:
+    """Whether ``path`` names remote (fsspec) storage; ``file://`` URLs are local paths."""
+    match = _SCHEME.match(path)
+    return match is not None and match[1].lower() not in ("file", "local")
+
+
+def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, str]:
+    """The fsspec file system of ``url`` and the path within it.
+
+    Raises:
+        ImportError: fsspec or the protocol's package is missing; the message names the extra.
+    """
+    try:
+        from fsspec.core import url_to_fs
+    except ImportError as error:
+        raise ImportError(f"reading or writing {url!r} needs fsspec; {install_hint('remote')}") from error
+    try:
+        return url_to_fs(url, **dict(storage_options or {}))  # type: ignore[no-any-return]
+    except ImportError as error:
+        protocol = url.partition("://")[0]
+        raise ImportError(
+            f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); "
+            f"{install_hint('remote')}"
+        ) from error
+
+
+def file_info(url: str, storage_options: StorageOptions = None) -> dict[str, Any]:
+    """fsspec's ``info`` of ``url`` (retried)."""
+    fs, path = filesystem(url, storage_options)
+    return retrying(lambda: fs.info(path), url, "looking up")  # type: ignore[no-any-return]
+
+
+def exists(url: str, storage_options: StorageOptions = None) -> bool:
+    """Whether an object (or directory) exists at ``url``."""
+    fs, path = filesystem(url, storage_options)
+    return bool(retrying(lambda: fs.exists(path), url, "looking up"))
+
+
+def expand(url: str, storage_options: StorageOptions = None) -> tuple[list[tuple[str, str]], str]:
+    """The files a remote source names, as ``(full URL, path below the source)``, and what it
+    was (for error messages).
+
+    A directory (or bucket prefix) stands for the files in it and below it, at any depth; a
+    glob for its matches (the path below the glob's fixed prefix); anything else for itself, if
+    it exists.
+    """
+    fs, path = filesystem(url, storage_options)
+    if any(char in path for char in "*?["):
+        found = retrying(lambda: fs.glob(path, detail=True), url, "listing")
+        prefix = _fixed_prefix(path)
+        return [
+            (fs.unstrip_protocol(p), _below(p, prefix))
+            for p, info in found.items()
+            if info.get("type") != "directory"
+        ], "glob"
+    info = retrying(lambda: _info_or_none(fs, path), url, "looking up")
+    if info is None:
+        raise SourceNotFoundError(f"no such file or directory: {url!r}")
+    if info.get("type") == "directory":
+        entries = retrying(lambda: fs.find(path, detail=True), url, "listing")
+        root = path.rstrip("/")
+        return [
+            (fs.unstrip_protocol(p), _below(p, root))
+            for p, e in entries.items()
+            if e.get("type") != "directory"
+        ], "directory"
+    return [(url, posixpath.basename(path))], "file"
+
+
+def _fixed_prefix(pattern: str) -> str:
+    """The folders of a glob pattern before its first wildcard."""
+    parts = pattern.split("/")
+    return "/".join(itertools.takewhile(lambda part: not any(c in part for c in "*?["), parts))
+
+
+def _below(path: str, root: str) -> str:
+    """``path`` relative to ``root`` (``/``-separated); its base name if it is not below it."""
+    root = root.rstrip("/")
+    if root and path.startswith(root + "/"):
+        return path[len(root) + 1 :]
+    return posixpath.basename(path)
+
+
+def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
+    try:
+        return fs.info(path)  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        return None
+
+
+def read_head(url: str, count: int, storage_options: StorageOptions = None) -> bytes:
+    """The first ``count`` bytes of the object (fewer for a shorter one; an empty object, whose
+    byte ranges S3 refuses as unsatisfiable, gives ``b""``)."""
+    size = int(file_info(url, storage_options)["size"])
+    if size == 0:
+        return b""
+    fs, path = filesystem(url, storage_options)
+    end = min(count, size)
+    return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
+
+
+def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
+    """The whole object at ``url`` (retried)."""
+    fs, path = filesystem(url, storage_options)
+    return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+
+
+def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:
+    """Writes a small object in one request (atomic on object stores; retried)."""
+    fs, path = filesystem(url, storage_options)
+    retrying(lambda: fs.pipe_file(path, data), url, "writing")
+
+
+def remove(url: str, storage_options: StorageOptions = None) -> None:
+    """Removes the object at ``url``, if there is one."""
+    fs, path = filesystem(url, storage_options)
+    try:
+        retrying(lambda: fs.rm_file(path), url, "removing")
+    except SourceNotFoundError:
+        pass
+
+
+def move(source: str, target: str, storage_options: StorageOptions = None) -> None:
+    """Moves an object: a server-side copy, then the source removed.
+
+    Object stores have no rename; the copy is what every backend (and its emulators) does the
+    same way, and the target appears whole, at once.
+    """
+    fs, source_path = filesystem(source, storage_options)
+    _, target_path = filesystem(target, storage_options)
+    retrying(lambda: fs.copy(source_path, target_path), source, f"copying to {target!r}")
+    remove(source, storage_options)
+
+
+def make_dirs(url: str, storage_options: StorageOptions = None) -> None:
+    """Creates a directory where the file system has them (a no-op on object stores)."""
+    fs, path = filesystem(url, storage_options)
+    if path:
+        fs.makedirs(path, exist_ok=True)
