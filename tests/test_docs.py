@@ -20,68 +20,17 @@ import resource
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pytest
+from docblocks import RUNNER, Block, blocks_of
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
-SKIP = re.compile(r"^<!-- skip: (.+?) -->$")
-FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 BLOCK_TIMEOUT_S = 300  # a page's blocks together; the slowest page (training, conversion) takes ~15 s
 BUILD_CPU_LIMIT_S = 30  # the whole site builds in about 6 CPU seconds; 30 means something is wrong
-
-# Every block of a page in one process and namespace; each compiled under the page's name with
-# its real line numbers, so a traceback reads "docs/guides/ddp.md", line 42.
-RUNNER = """
-import json, sys
-if __name__ == "__main__":
-    blocks = json.load(open(sys.argv[1]))
-    namespace = {"__name__": "__main__"}
-    for block in blocks:
-        source = "\\n" * (block["line"] - 1) + block["source"]
-        exec(compile(source, block["page"], "exec"), namespace)
-"""
-
-
-@dataclass(frozen=True)
-class Block:
-    page: str  # relative to the repository root
-    line: int  # of the block's first line of code
-    source: str
-    skip: str | None  # the reason, when marked
-
-
-def blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
-    """The fenced ```python blocks of a markdown file, with their skip markers."""
-    lines = path.read_text().splitlines()
-    found: list[Block] = []
-    marker: str | None = None
-    i = 0
-    while i < len(lines):
-        fence = FENCE.match(lines[i])
-        skip = SKIP.match(lines[i].strip())
-        if skip:
-            marker = skip[1]
-        elif fence:
-            indent, language = fence[1], fence[2]
-            end = i + 1
-            while end < len(lines) and lines[end].strip() != "```":
-                end += 1
-            if language == "python":
-                code = "\n".join(line[len(indent) :] for line in lines[i + 1 : end])
-                found.append(Block(str(path.relative_to(root)), i + 2, code + "\n", marker))
-            elif marker is not None:
-                raise ValueError(f"{path}:{i + 1}: a skip marker before a {language or 'plain'} block")
-            marker = None
-            i = end
-        elif lines[i].strip() and marker is not None:
-            raise ValueError(f"{path}:{i + 1}: a skip marker must come just before a ```python block")
-        i += 1
-    return found
 
 
 def _page_id(path: Path) -> str:
@@ -123,10 +72,17 @@ def test_skip_markers(tmp_path: Path) -> None:
     page.write_text("<!-- skip: needs S3 -->\n```bash\nls\n```\n")
     with pytest.raises(ValueError, match="bash block"):
         blocks_of(page, tmp_path)
+    page.write_text("<!-- extras: vision, remote -->\n```python\nx = 1\n```\n\n```python\ny = 2\n```\n")
+    assert [(b.line, b.skip, b.extras) for b in blocks_of(page, tmp_path)] == [
+        (3, None, ("vision", "remote")),
+        (7, None, ()),
+    ]
 
 
 def _python_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    # TFDS_DATA_DIR: where the pages find a TFDS-prepared directory (TFDS reads the same variable).
+    pythonpath = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": pythonpath, "TFDS_DATA_DIR": str(ROOT / "tests" / "data" / "tfds")}
 
 
 def run_blocks(blocks: list[Block], workdir: Path) -> subprocess.CompletedProcess[str]:
@@ -172,7 +128,7 @@ def test_marked_block(block: Block) -> None:
 
 
 def test_partition_picture_is_what_the_code_draws() -> None:
-    """docs/images/partition.svg is drawn by partition.py from torch_tfrecord.order: rerun it."""
+    """docs/images/partition.svg is drawn by partition.py from torch_tfrecord.data.order: rerun it."""
     script = DOCS / "images" / "partition.py"
     spec = importlib.util.spec_from_file_location("partition_picture", script)
     assert spec is not None and spec.loader is not None
