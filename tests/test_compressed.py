@@ -258,7 +258,7 @@ def test_seek_points_reach_a_record_without_inflating_from_the_start(
         )
         ids = [i for batch in ds for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(3000))
-        inflated = sum(s.segments_inflated for s in ds.files._inflaters.values())
+        inflated = sum(s.segments_inflated for s in ds.files._inflaters.open.values())
         assert inflated == -(-index.uncompressed_size // SEGMENT), shuffle
     # Random access (IndexedTFRecordDataset, "global"): correct, through the seek points.
     indexed = tt.IndexedTFRecordDataset(

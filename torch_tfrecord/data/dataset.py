@@ -21,11 +21,13 @@ from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
+from .cache_plan import ReadSchedule
 from .guards import EpochGuard, check_loader
 from .loader import calling_fetcher, use_fast_convert
 from .order import EpochPlan, Shuffle, WorkerSlice, block_size
 from .packing import pack_tensors
 from .pipeline import PADDING_KEY, RECORD_ID_KEY, SeededTransform, decoder_for
+from .remote_shards import CacheDir
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from .shard_index import IndexArg
 from .shards import RecordFiles, record_files
@@ -87,9 +89,13 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         on_error: "raise", or "skip": a damaged record is logged and replaced by another record
             of its batch, marked ``_padding``, so counts stay equal.
         verify_crc: check every record's CRCs.
-        storage_options: for the fsspec file system of URLs (credentials, endpoint ...). Over
-            remote storage, ``shuffle="shards"`` reads each shard front to back with read-ahead
-            (few large requests); ``"global"`` makes about one request per record.
+        storage_options: for the fsspec file system of URLs (credentials, endpoint ...).
+        cache_dir: where remote shards are cached, each fetched whole once per node and then
+            read as a local file (any shuffle then fetches about the data's size per epoch):
+            None, a temporary directory removed at exit; a directory, shared by every process
+            that names it (ranks, workers, other jobs) and kept; False, no cache (ranged reads).
+        cache_limit: the most bytes the cache holds (``"50GB"`` or an int); None: the disk's
+            free space less a margin. See the remote storage guide.
 
     Example:
         >>> ds = TFRecordDataset("train-*.tfrecord", spec={"label": "int"}, batch_size=256)  # doctest: +SKIP
@@ -118,8 +124,10 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         on_error: OnError = "raise",
         verify_crc: bool = True,
         storage_options: StorageOptions = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
     ) -> None:
-        self.files = record_files(sources, index, storage_options, on_error)
+        self.files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
         found_rank, found_size = resolve_world(rank, world_size)
         self.plan = EpochPlan(
             self.files.shard_sizes,
@@ -198,10 +206,12 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
         live = self._live = Live(epoch, progress, workers, skip)
+        schedule = ReadSchedule(self.files, plan, epoch, workers, progress, skip)
         remaining = progress.remaining(plan.units_per_rank)
         batch_size = plan.batch_size
         # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
         for block in workers.items(remaining, skip, block=16 if batch_size else chunk):
+            schedule.reached(block)
             units = progress.units(block)
             if batch_size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
