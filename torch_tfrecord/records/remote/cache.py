@@ -28,7 +28,6 @@ import os
 import re
 import shutil
 import tempfile
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,13 +72,17 @@ def cache_key(url: str) -> str:
     return f"{digest}-{name}"
 
 
-def next_use(key: str, schedules: Sequence[Schedule], now: float) -> float:
+def next_use(key: str, schedules: Sequence[Schedule], now: float, *, after_current: bool = False) -> float:
     """When ``key`` is needed next after ``now`` by any of the ``schedules``: ``now`` while a use
-    is under way, infinity when none will need it."""
+    is under way (``after_current``: the start of the use after it), infinity when none will."""
     soonest = math.inf
     for schedule in schedules:
-        for first, last in schedule.get(key, ()):
-            if last >= now:
+        spans = schedule.get(key, ())
+        for first, last in spans:
+            if after_current and first <= now <= last:
+                later = [start for start, _ in spans if start > last]
+                soonest = min(soonest, min(later, default=math.inf))
+            elif last >= now:
                 soonest = min(soonest, max(first, now))
     return soonest
 
@@ -298,18 +301,20 @@ class ShardCache:
         key = cache_key(url)
         with self._locked():
             self._clean_stale(skip=key)
-            entries = {entry.key: entry for entry in self.entries()}
-            used = sum(entry.size for entry in entries.values() if entry.key != key)
-            needed = used + size - self.limit_bytes()
-            schedules = self._schedules()
-            incoming = now if math.isfinite(now) else time.time()
-            candidates = []
-            for entry in entries.values():
-                if entry.complete and entry.key != key:
-                    use = next_use(entry.key, schedules, now) if math.isfinite(now) else math.inf
-                    candidates.append((entry.key, entry.size, use, _mtime(entry.path)))
-            if not math.isfinite(now):  # no schedule: plain least recently used
-                candidates = [(k, s, incoming + 1.0, m) for k, s, _, m in candidates]
+            entries = [entry for entry in self.entries() if entry.key != key]
+            needed = sum(entry.size for entry in entries) + size - self.limit_bytes()
+            schedules = self._schedules() if needed > 0 and math.isfinite(now) else []
+            if any(key in schedule for schedule in schedules):
+                # Caching it pays off at its next use after the one under way (which reads its
+                # bytes either way): Belady's rule, with the option not to cache.
+                incoming = next_use(key, schedules, now, after_current=True)
+            else:  # a reader without a schedule: least recently used first
+                incoming = now if math.isfinite(now) else -math.inf
+            candidates = [
+                (entry.key, entry.size, next_use(entry.key, schedules, now), _mtime(entry.path))
+                for entry in entries
+                if entry.complete
+            ]
             victims = choose_victims(candidates, needed, incoming)
             if victims is None:
                 return False

@@ -55,12 +55,15 @@ def download(
     storage_options: StorageOptions = None,
     now: float = float("inf"),
     counter: RequestCounter | None = None,
+    *,
+    recheck: bool = True,
 ) -> str | None:
     """Fetches ``url`` whole into ``cache``: the copy's path, or None when another process is
     fetching it or the cache cannot take it.
 
     The bytes go to ``KEY.part`` in growing ranged requests (retried), and become the copy by a
-    rename once their size and the object's version (ETag, generation) are checked again.
+    rename once their size and (``recheck``) the object's version (ETag, generation) are
+    checked again: one more lookup, which a small file read whole in one request can spare.
 
     Raises:
         RemoteIOError: the object changed (size or version) while it was fetched.
@@ -77,8 +80,8 @@ def download(
             return None
         try:
             _fetch(cache.part_path(key), url, size, storage_options, counter)
-            info = file_info(url, storage_options)
-            if int(info["size"]) != size or file_version(info) != version:
+            info = file_info(url, storage_options) if recheck else {"size": size}
+            if int(info["size"]) != size or (recheck and file_version(info) != version):
                 raise RemoteIOError(
                     f"{url!r} changed while it was being cached (size {size} -> {info['size']}, "
                     f"version {version!r} -> {file_version(info)!r})"
@@ -117,7 +120,9 @@ def read_through(cache: ShardCache, url: str, storage_options: StorageOptions = 
     fetched first if there is none; from the store when the cache cannot take it."""
     info = file_info(url, storage_options)
     size, version = int(info["size"]), file_version(info)
-    path = cache.lookup(url, size, version) or download(cache, url, size, version, storage_options)
+    path = cache.lookup(url, size, version) or download(
+        cache, url, size, version, storage_options, recheck=size > _FIRST_CHUNK
+    )
     if path is not None:
         with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
             return f.read()
@@ -200,6 +205,14 @@ class CachedFile:
                 )
             )
 
+    def _fetching_elsewhere(self) -> bool:
+        """Whether another process (or thread) holds the shard's download lock."""
+        lock = self.cache.try_lock(self.key)
+        if lock is None:
+            return True
+        lock.release()
+        return False
+
     def _fetching_here(self) -> bool:
         future = self._future
         return future is not None and not future.done()
@@ -246,7 +259,7 @@ class CachedFile:
                 data = _pread_all(self.cache.part_path(self.key), starts, sizes)
                 if data is not None:
                     return data
-            downloading = part >= 0 or self._fetching_here()
+            downloading = part >= 0 or self._fetching_here() or self._fetching_elsewhere()
             if not downloading or end - max(part, 0) > _WAIT_AHEAD:
                 break
             if part != written:
