@@ -118,7 +118,7 @@ class FaultProxy:
     ``deny=True`` answers every GET with 403 AccessDenied. ``latency`` seconds are added to every
     request (object stores answer in tens of milliseconds; a local server in well under one).
     ``get_bytes`` counts the body bytes of the GETs the server answered (``get_bytes_by_path``
-    by URL path, query left out): what a reader fetched. ``GET /__counts__`` is answered by the
+    by URL path, query left out; JSON metadata and listings left out): what a reader fetched. ``GET /__counts__`` is answered by the
     proxy itself with those counts as JSON (for readers in other processes).
     """
 
@@ -198,7 +198,8 @@ class FaultProxy:
                         head or key.lower() != "content-length"
                     ):
                         self.send_header(key, value)
-                if self.command == "GET" and 200 <= answer.status < 300:
+                metadata = "json" in (answer.getheader("Content-Type") or "")  # (GCS: info, listings)
+                if self.command == "GET" and 200 <= answer.status < 300 and not metadata:
                     with proxy._lock:
                         proxy.get_bytes += len(data)
                         key = self.path.partition("?")[0]

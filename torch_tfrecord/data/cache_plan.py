@@ -87,3 +87,8 @@ class ReadSchedule:
         """The worker is about to read the units ``block`` (remaining-indices of the rank's)."""
         if self._files is not None and len(block):
             self._files.remote.advance(self._epoch + int(block[0]) / self._remaining)
+
+    def finished(self) -> None:
+        """The worker read its part of the epoch: its downloads are let finish."""
+        if self._files is not None:
+            self._files.remote.finish()

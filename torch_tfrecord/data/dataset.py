@@ -227,6 +227,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                 for sample in self._samples(*plan.records(units, epoch), epoch):
                     live.yielded += 1
                     yield sample
+        schedule.finished()
         self._epoch_guard.finished(epoch)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence, Set
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence, Set
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Literal, TypeVar
 
 from ..records.io import StorageOptions, is_url
 from ..records.remote import RemoteFile, RequestCounter, file_info
@@ -26,6 +27,9 @@ CacheDir = str | os.PathLike[str] | None | Literal[False]
 None (a temporary directory, removed when the process that made it exits), or False (no cache)."""
 
 _MAX_OPEN = 64
+# Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
+_SHARDS_AT_ONCE = 16
+T = TypeVar("T")
 # Shards fetched ahead of the reading position: those needed within this much of an epoch.
 _AHEAD = 0.05
 
@@ -72,6 +76,8 @@ class RemoteShards:
         self._cached: set[int] = set()  # seen complete here (fetched ahead no more)
         self._open: OrderedDict[int, RemoteFile | CachedFile] = OrderedDict()
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = -1
 
     def source(self, shard: int) -> RemoteFile | CachedFile:
         """How shard ``shard`` is read in this process."""
@@ -98,6 +104,21 @@ class RemoteShards:
                 )
             self._open[shard] = file
             return file
+
+    def each(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
+        """``read`` of each group (records of one remote shard), at the same time: their
+        requests overlap instead of adding up."""
+        if self._pool is None or self._pool_pid != os.getpid():
+            self._pool = ThreadPoolExecutor(_SHARDS_AT_ONCE, thread_name_prefix="torch-tfrecord-shards")
+            self._pool_pid = os.getpid()
+        return list(self._pool.map(read, groups))
+
+    def finish(self) -> None:
+        """Waits for the downloads this process started (at the end of an epoch: a worker that
+        exits would cut them off, and the next epoch fetch them again)."""
+        for file in list(self._open.values()):
+            if isinstance(file, CachedFile):
+                file.finish()
 
     def copy(self, shard: int) -> str | None:
         """The path of shard ``shard``'s complete copy in the cache, if there is one."""
@@ -148,7 +169,7 @@ class RemoteShards:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_open=OrderedDict(), _lock=None, _uses={}, _cached=set())
+        state.update(_open=OrderedDict(), _lock=None, _uses={}, _cached=set(), _pool=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -177,10 +177,10 @@ def scan_cached(path: str, options: StorageOptions, on_error: OnError, cache: Sh
     version = file_version(info)
     name = path + "#scanned-index"
     kept = cache.get_bytes(name, version)
-    if kept is not None:
-        return _checked(
-            kept, f"<index of {path!r} kept in {cache.root!r}>", path, options, on_error == "skip"
-        )
+    if kept is not None:  # checked against the cached copy, if there is one (no request)
+        copy = cache.lookup(path, int(info["size"]), version)
+        where = f"<index of {path!r} kept in {cache.root!r}>"
+        return _checked(kept, where, copy or path, None if copy else options, on_error == "skip")
     copy = CachedFile(path, int(info["size"]), version, options, cache).wait()
     source, source_options = (path, options) if copy is None else (copy, None)
     found: ShardIndex

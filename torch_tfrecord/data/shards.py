@@ -13,7 +13,6 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
@@ -47,8 +46,6 @@ __all__ = ["RecordFiles", "record_files"]
 logger = logging.getLogger(__name__)
 
 _MAX_OPEN_FILES = 64
-# Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
-_REMOTE_SHARDS_AT_ONCE = 16
 
 T = TypeVar("T")
 
@@ -106,8 +103,6 @@ class RecordFiles:
         self._remote_lock = threading.Lock()  # shards of one batch are opened from several threads
         # Whether each shard is read remotely here (a remote one is not once its cached copy is).
         self._remote_paths = [is_url(path) for path in self.paths]
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_pid = -1
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self._local = LocalFiles(self.paths, _MAX_OPEN_FILES)
@@ -306,12 +301,7 @@ class RecordFiles:
         (and so do mixed ones: a descriptor may be closed for another only in this thread)."""
         if len(groups) < 2 or not all(self._remote_paths):
             return [read(group) for group in groups]
-        if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = ThreadPoolExecutor(
-                _REMOTE_SHARDS_AT_ONCE, thread_name_prefix="torch-tfrecord-shards"
-            )
-            self._pool_pid = os.getpid()
-        return list(self._pool.map(read, groups))
+        return self.remote.each(read, groups)
 
     def _source(self, shard: int) -> int | RemoteFile | CachedFile | CompressedShard:
         """How shard ``shard`` is read in this process: a descriptor (of a local file or of a
@@ -355,28 +345,26 @@ class RecordFiles:
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
     ) -> list[bytes | None]:
-        fd, path, size, table = self._source(shard), self.paths[shard], self.sizes[shard], self.tables[shard]
-        try:
-            return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
-        except TFRecordError as error:
-            copy = self._cached_copy_read(shard)
-            if copy is not None:  # a damaged copy is fetched again, once
-                logger.warning("%s: in the cached copy %r; fetching it again", error, copy)
-                self._refetch(shard)
-                fd = self._source(shard)
-                try:
-                    return list(
-                        read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc)
-                    )
-                except TFRecordError as again:
-                    again.args = (
-                        f"{again} (read from {self._cached_copy_read(shard) or path!r}, the cached "
-                        f"copy of {path!r}, fetched again once after the same failure)",
-                    )
+        path, size, table = self.paths[shard], self.sizes[shard], self.tables[shard]
+        refetched = False
+        while True:
+            fd = self._source(shard)
+            try:
+                return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
+            except TFRecordError as error:
+                copy = self._cached_copy_read(shard)
+                if copy is not None and refetched:
+                    error.args = (f"{error} (read from {copy!r}, its cached copy, fetched again once)",)
+                cached = self.cache is not None and is_url(path) and shard not in self.compressed
+                if not cached or refetched:
                     if on_error == "raise":
                         raise
-            elif on_error == "raise":
-                raise
+                    break
+                if copy is None and self.remote.fetch(shard) is not None:
+                    continue  # read before its copy was complete: now from the copy
+                logger.warning("%s: in the cached copy %r; fetching it again", error, copy)
+                self._refetch(shard)
+                refetched = True
         payloads: list[bytes | None] = []
         for number in numbers.tolist():  # find the damaged ones, keep the rest
             one = np.array([number], dtype=np.int64)
@@ -407,7 +395,6 @@ class RecordFiles:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_remote_lock"] = None
-        state["_pool"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

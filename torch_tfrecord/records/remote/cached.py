@@ -184,6 +184,7 @@ class CachedFile:
         self._direct: RemoteFile | None = None  # exact ranges, while a download runs
         self._merged: RemoteFile | None = None  # as without a cache, when the cache cannot take it
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def local_path(self) -> str | None:
         """The complete copy's path, if there is one."""
@@ -193,6 +194,8 @@ class CachedFile:
         """Starts fetching the object into the cache in the background (unless this process
         already is, or another one, or the cache could not take it a moment ago)."""
         with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's download thread is not here
+                self._future, self._tried, self._pid = None, -_RETRY_S, os.getpid()
             if self._future is not None and not self._future.done():
                 return
             if time.monotonic() - self._tried < _RETRY_S:
@@ -205,6 +208,14 @@ class CachedFile:
                 )
             )
 
+    def finish(self) -> None:
+        """Waits for this process's download of the object, if one runs (its errors are the
+        readers' to meet)."""
+        future = self._future
+        if future is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):
+                future.result()
+
     def _fetching_elsewhere(self) -> bool:
         """Whether another process (or thread) holds the shard's download lock."""
         lock = self.cache.try_lock(self.key)
@@ -215,7 +226,7 @@ class CachedFile:
 
     def _fetching_here(self) -> bool:
         future = self._future
-        return future is not None and not future.done()
+        return future is not None and not future.done() and self._pid == os.getpid()
 
     def wait(self) -> str | None:
         """The complete copy's path, fetched now if need be (by this or another process); None
@@ -293,7 +304,7 @@ class CachedFile:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_future=None, _tried=-_RETRY_S, _direct=None, _merged=None, _lock=None)
+        state.update(_future=None, _tried=-_RETRY_S, _direct=None, _merged=None, _lock=None, _pid=-1)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
