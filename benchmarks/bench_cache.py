@@ -105,7 +105,9 @@ def counts(base: str) -> dict[str, int]:
         return json.loads(answer.read())  # type: ignore[no-any-return]
 
 
-def epoch(urls: list[str], base: str, shuffle: str, cache_dir: Any, epochs: int = 1) -> list[tuple[float, float, int, int]]:
+def epoch(
+    urls: list[str], base: str, shuffle: str, cache_dir: Any, epochs: int = 1
+) -> list[tuple[float, float, int, int]]:
     """(time to first batch, epoch time, bytes, requests) of each epoch (dataset making included
     in the first)."""
     rows = []
@@ -122,22 +124,33 @@ def epoch(urls: list[str], base: str, shuffle: str, cache_dir: Any, epochs: int 
         assert records == SHARDS * PER_SHARD, records
         after = counts(base)
         rows.append(
-            (first or 0.0, time.perf_counter() - start, after["bytes"] - before["bytes"], after["requests"] - before["requests"])
+            (
+                first or 0.0,
+                time.perf_counter() - start,
+                after["bytes"] - before["bytes"],
+                after["requests"] - before["requests"],
+            )
         )
         before, start = after, time.perf_counter()
     return rows
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--latency-ms", type=float, default=0.0)
-    parser.add_argument("--uncached-global", action="store_true", help="also the global shuffle without a cache")
+    parser.add_argument(
+        "--uncached-global", action="store_true", help="also the global shuffle without a cache"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         rng = torch.Generator().manual_seed(0)
         with tt.ShardedWriter(os.path.join(root, "train"), max_records=PER_SHARD) as writer:
             for i in range(SHARDS * PER_SHARD):
-                writer.write({"label": i, "data": bytes(torch.randint(0, 256, (230,), generator=rng).tolist())})
+                writer.write(
+                    {"label": i, "data": bytes(torch.randint(0, 256, (230,), generator=rng).tolist())}
+                )
         names = sorted(n for n in os.listdir(root) if n.endswith(".tfrecord"))
         data = sum(os.path.getsize(os.path.join(root, n)) for n in names)
         port = free_port()
@@ -153,15 +166,24 @@ def main() -> None:
             except OSError:
                 time.sleep(0.1)
         urls = [f"{base}/{n}" for n in names]
-        print(f"{SHARDS} shards x {PER_SHARD} Examples, {data:,} bytes; batches of {BATCH}; 2 workers; "
-              f"+{args.latency_ms:g} ms per request")
-        print(f"{'shuffle':12} {'cache':22} {'epoch':>5} {'first batch s':>13} {'epoch s':>8} {'bytes':>12} {'x data':>7} {'requests':>8}")
+        print(
+            f"{SHARDS} shards x {PER_SHARD} Examples, {data:,} bytes; batches of {BATCH}; 2 workers; "
+            f"+{args.latency_ms:g} ms per request"
+        )
+        print(
+            print(
+                f"{'shuffle':12} {'cache':22} {'epoch':>5} {'first batch s':>13} {'epoch s':>8} "
+                f"{'bytes':>12} {'x data':>7} {'requests':>8}"
+            )
+        )
         results: dict[str, tuple[float, float, int, int]] = {}
 
         def show(name: str, cache: str, number: int, row: tuple[float, float, int, int]) -> None:
             first, seconds, fetched, requests = row
-            print(f"{name:12} {cache:22} {number:>5} {first:>13.3f} {seconds:>8.3f} {fetched:>12,} "
-                  f"{fetched / data:>7.2f} {requests:>8,}")
+            print(
+                f"{name:12} {cache:22} {number:>5} {first:>13.3f} {seconds:>8.3f} {fetched:>12,} "
+                f"{fetched / data:>7.2f} {requests:>8,}"
+            )
 
         (results["shards"],) = epoch(urls, base, "shards", False)
         show("shards", "none", 1, results["shards"])
@@ -177,8 +199,10 @@ def main() -> None:
             show("global", "none", 1, uncached)
         server.terminate()
         shards, default = results["shards"], results["global"]
-        print(f"default global shuffle: {default[2] / data:.2f}x the data's bytes (target <= 1.1), "
-              f"{default[1] / shards[1]:.2f}x the time of shuffle='shards' without a cache (target <= 1.5)")
+        print(
+            f"default global shuffle: {default[2] / data:.2f}x the data's bytes (target <= 1.1), "
+            f"{default[1] / shards[1]:.2f}x the time of shuffle='shards' without a cache (target <= 1.5)"
+        )
 
 
 if __name__ == "__main__":

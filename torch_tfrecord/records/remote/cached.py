@@ -29,8 +29,9 @@ __all__ = ["CachedFile", "download", "file_version", "read_through"]
 # Reads that end at most this far past what the download has written wait for it: the stream
 # brings those bytes about as soon as a request of their own would.
 _WAIT_AHEAD = 16 << 20
-# A download that writes nothing for this long is given up on by its readers (ranged reads).
-_STALL_S = 2.0
+# A download that writes nothing for this long is given up on by its readers (ranged reads);
+# a slow request is no reason (a dead downloader is seen at once: its lock is free).
+_STALL_S = 30.0
 # A shard the cache could not take is offered to it again at most this often.
 _RETRY_S = 1.0
 _FIRST_CHUNK = 256 << 10
