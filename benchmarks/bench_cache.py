@@ -171,10 +171,8 @@ def main() -> None:
             f"+{args.latency_ms:g} ms per request"
         )
         print(
-            print(
-                f"{'shuffle':12} {'cache':22} {'epoch':>5} {'first batch s':>13} {'epoch s':>8} "
-                f"{'bytes':>12} {'x data':>7} {'requests':>8}"
-            )
+            f"{'shuffle':12} {'cache':22} {'epoch':>5} {'first batch s':>13} {'epoch s':>8} "
+            f"{'bytes':>12} {'x data':>7} {'requests':>8}"
         )
         results: dict[str, tuple[float, float, int, int]] = {}
 
