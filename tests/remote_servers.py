@@ -118,8 +118,9 @@ class FaultProxy:
     ``deny=True`` answers every GET with 403 AccessDenied. ``latency`` seconds are added to every
     request (object stores answer in tens of milliseconds; a local server in well under one).
     ``get_bytes`` counts the body bytes of the GETs the server answered (``get_bytes_by_path``
-    by URL path, query left out; JSON metadata and listings left out): what a reader fetched. ``GET /__counts__`` is answered by the
-    proxy itself with those counts as JSON (for readers in other processes).
+    by URL path, query left out; JSON metadata and listings left out): what a reader fetched.
+    ``GET /__counts__`` is answered by the proxy itself with those counts as JSON (for readers in
+    other processes).
     """
 
     def __init__(
