@@ -12,7 +12,7 @@ from typing import Any
 from ..codec.inspect import format_json, format_text, show_key
 from ..codec.survey import Survey, survey_paths
 from ..errors import TFRecordError
-from ..integrations.tfds.info import is_tfds_dir, read_info
+from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
 from ..records.index import count_records, default_index_path, load_index
 from ..records.io import exists, expand_sources, resolve_compression
 from ..records.reader import ReadStats, read_records
@@ -82,23 +82,6 @@ def add_inspect_commands(commands: Any) -> list[argparse.ArgumentParser]:
     return [head, schema, count, verify, preview]
 
 
-def _expand(paths: Sequence[str], options: dict[str, Any] | None) -> tuple[list[str], dict[str, int]]:
-    """The data files of ``paths``; a TFDS version directory stands for its shards, split by
-    split, and the records ``dataset_info.json`` says each holds are returned beside them."""
-    files: list[str] = []
-    expected: dict[str, int] = {}
-    for path in paths:
-        if not is_tfds_dir(path, options):
-            files.extend(expand_sources(path, options))
-            continue
-        info = read_info(path, options)
-        for name, split in info.splits.items():
-            shards = info.shard_paths(name)
-            files.extend(shards)
-            expected.update(zip(shards, split.shard_lengths, strict=True))
-    return files, expected
-
-
 def _disagreement(path: str, records: int, expected: dict[str, int]) -> str | None:
     if path in expected and records != expected[path]:
         return f"holds {records:,} records, but dataset_info.json says {expected[path]:,}"
@@ -109,7 +92,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     total = 0
     failed = 0
     options = storage_options(args)
-    files, expected = _expand(args.paths, options)
+    files, expected = expand_with_tfds(args.paths, options)
     for path in files:
         try:
             records = count_records(path, storage_options=options)
@@ -167,7 +150,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # each problem is listed below
     start = time.perf_counter()
     options = storage_options(args)
-    paths, expected = _expand(args.paths, options)
+    paths, expected = expand_with_tfds(args.paths, options)
     failed = 0
     for path in paths:
         try:
