@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..codec.inspect import format_json, format_text, show_key
+from ..codec.label_map import class_names_beside
 from ..codec.survey import Survey, survey_paths
 from ..errors import TFRecordError
 from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
@@ -270,19 +270,6 @@ def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
     )
 
 
-def _class_names(path: str) -> dict[int, str] | None:
-    """The names of the label map the converters write beside their shards, if ``path`` has one
-    (read without the converters, which import torch)."""
-    from ..codec.label_map import LabelMap
-
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    candidate = os.path.join(folder, "label_map.pbtxt")
-    if not os.path.isfile(candidate):
-        return None
-    with open(candidate, encoding="utf-8-sig") as f:
-        return dict(LabelMap.decode(f.read(), source=candidate).names)
-
-
 def cmd_preview(args: argparse.Namespace) -> int:
     from ..vision.preview import render_grid
 
@@ -297,7 +284,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
                 break
         if len(records) >= args.n:
             break
-    sheet = render_grid(records, locations=locations, cell=args.cell, class_names=_class_names(args.path))
+    names = class_names_beside(args.path)
+    sheet = render_grid(records, locations=locations, cell=args.cell, class_names=names)
     sheet.save(args.out)
     print(f"{args.out}: {plural(len(records), 'record')}, {sheet.width}x{sheet.height} pixels")
     return 0
