@@ -88,7 +88,9 @@ def write_sequences(folder: Path, records: int = 4) -> Path:
             message = SequenceExample()
             message.context.feature["id"].int64_list.value.append(number)
             for step in range(1 + number % 3):
-                message.feature_lists.feature_list["tokens"].feature.add().int64_list.value.extend([step, step])
+                message.feature_lists.feature_list["tokens"].feature.add().int64_list.value.extend(
+                    [step, step]
+                )
             writer.write(message.SerializeToString())
     return path
 

@@ -128,15 +128,7 @@ def _verify_one(path: str, options: dict[str, Any] | None, expected: dict[str, i
         records += 1
     disagreement = None if stats.errors else _disagreement(path, records, expected)
     problems = list(stats.errors) + ([disagreement] if disagreement else [])
-    summary = ""
-    if stats.damaged:
-        lost = sum(region.records or 0 for region in stats.damaged)
-        unknown = any(region.records is None for region in stats.damaged)
-        summary = (
-            f"{plural(len(stats.damaged), 'damaged region')}: {plural(stats.bytes_skipped, 'byte')} "
-            f"and {'at least ' if unknown else ''}{plural(lost, 'record')} lost, "
-            f"{plural(stats.records, 'intact record')} read"
-        )
+    summary = stats.damage_summary()
     index_path = default_index_path(path)
     if compression is None and exists(index_path, options):
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import signal
 import sys
 from typing import Any
@@ -43,6 +44,7 @@ def add_view_command(commands: Any) -> list[argparse.ArgumentParser]:
 def cmd_view(args: argparse.Namespace) -> int:
     from ..viewer import Catalog, make_server
 
+    logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # the page lists the damage
     catalog = Catalog(args.paths, storage_options(args), stats_records=args.stats_records)
     server = make_server(catalog, args.host, args.port)
     catalog.start()

@@ -8,12 +8,12 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..codec.inspect import describe_record, show_key
 from ..codec.label_map import class_names_beside
-from ..codec.survey import survey_paths
+from ..codec.survey import survey_records
 from ..errors import TFRecordError
 from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
 from ..records.reader import ReadStats, read_records
@@ -27,6 +27,7 @@ __all__ = ["Catalog", "ViewerError"]
 logger = logging.getLogger(__name__)
 
 PAGE_LIMIT = 200  # records one request may ask for
+SCHEMA_RECORDS = 1000  # records the schema is inferred from, as `torch-tfrecord schema` does
 _SEARCH_CHUNK = 256
 _SEARCH_SECONDS = 1.5  # a search answers within about this long, with where to go on from
 
@@ -142,7 +143,7 @@ class Catalog:
         return out.getvalue()
 
     def schema(self) -> dict[str, Any]:
-        """What ``torch-tfrecord schema`` infers (from the first 1000 records), and the TFDS
+        """What ``torch-tfrecord schema`` infers (from the first 1000 intact records), and the TFDS
         features of a TFDS directory."""
         with self._lock:
             if self._schema is None:
@@ -150,8 +151,23 @@ class Catalog:
             return self._schema
 
     def _infer_schema(self) -> dict[str, Any]:
-        files = [shard.path for shard in self.shards]
-        survey = survey_paths(files, max_records=1000, storage_options=self.storage_options)
+        origins: list[tuple[str, int]] = []  # (file, record number in it), for the survey's messages
+
+        def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage
+            for shard in self.shards:
+                stream = read_records(
+                    shard.path,
+                    compression=shard.compression,
+                    on_error="skip",
+                    storage_options=self.storage_options,
+                )
+                for number, payload in enumerate(stream):
+                    origins.append((shard.path, number))
+                    yield payload
+                    if len(origins) >= SCHEMA_RECORDS:
+                        return
+
+        survey = survey_records(records(), describe=lambda n: f"record {origins[n][1]} of {origins[n][0]!r}")
 
         def rows(proposals: dict[str, Any]) -> list[dict[str, Any]]:
             return [

@@ -149,6 +149,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, body, content_type)
         elif path == "/api/mask":
             self._send(200, catalog.mask(_int(query, "file"), _int(query, "record")), "image/png")
+        elif path == "/api/verify":
+            catalog.shard(_int(query, "file")).verify()
+            self._json(200, catalog.files())
         elif path == "/api/schema":
             self._json(200, catalog.schema())
         elif path == "/api/statistics":

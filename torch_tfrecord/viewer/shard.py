@@ -23,12 +23,13 @@ from ..records.entries import read_entries_at
 from ..records.index import build_index, default_index_path, load_index
 from ..records.io import exists, file_size, is_url, resolve_compression
 from ..records.reader import ReadStats, read_records
-from ..support.text import plural
 
 __all__ = ["RecordRead", "Shard"]
 
 logger = logging.getLogger(__name__)
 
+# Files up to this size have every record's CRCs checked in the background once indexed.
+VERIFY_LIMIT = 256 << 20
 # Records read from the start of a file while its index is not ready: pages past this wait.
 _SEQUENTIAL_LIMIT = 2000
 
@@ -67,6 +68,7 @@ class Shard:
         self.state = "pending"  # pending, loading, building, ready, sequential, failed
         self.scanned = 0  # bytes walked by the index build
         self.problems: list[str] = []  # damage found, in the words `verify` uses
+        self.verified: str | None = None  # None (not checked), verifying, ok, damaged
         self._source: int | Any = None
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -106,22 +108,42 @@ class Shard:
                 return
             self.state = "building"
             stats = ReadStats()
-            table = build_index(self.path, on_error="skip", stats=stats, progress=self._progress)
-            self.problems.extend(stats.errors)
-            if stats.damaged:
-                lost = sum(region.records or 0 for region in stats.damaged)
-                self.problems.append(
-                    f"{plural(len(stats.damaged), 'damaged region')}: {plural(stats.bytes_skipped, 'byte')} "
-                    f"and {plural(lost, 'record')} lost, {plural(len(table), 'intact record')} indexed"
-                )
-            self.table = table
+            self.table = build_index(self.path, on_error="skip", stats=stats, progress=self._progress)
             self.state = "ready"
+            if self.size > VERIFY_LIMIT:
+                self.problems.extend(stats.errors)  # what the header walk found; verify() reads all
         except TFRecordError as error:
             self.problems.append(f"{type(error).__name__}: {error}")
             self.state = "sequential"
         except OSError as error:
             self.problems.append(f"{type(error).__name__}: {error}")
             self.state = "failed"
+        if not self.remote and self.size <= VERIFY_LIMIT:
+            self._verify()
+
+    def verify(self) -> None:
+        """Checks every record's CRCs on a daemon thread, as ``torch-tfrecord verify`` does."""
+        if self.verified is None:
+            self.verified = "verifying"
+            threading.Thread(target=self._verify, name=f"verify {self.path}", daemon=True).start()
+
+    def _verify(self) -> None:
+        self.verified = "verifying"
+        stats = ReadStats()
+        try:
+            for _ in read_records(
+                self.path,
+                compression=self.compression,
+                on_error="skip",
+                stats=stats,
+                storage_options=self.storage_options,
+            ):
+                pass
+        except (TFRecordError, OSError) as error:
+            stats.errors.append(f"{type(error).__name__}: {error}")
+        found = [*stats.errors, *filter(None, [stats.damage_summary()])]
+        self.problems.extend(p for p in found if p not in self.problems)
+        self.verified = "damaged" if stats.errors else "ok"
 
     def _progress(self, scanned: int) -> None:
         self.scanned = scanned
@@ -142,6 +164,7 @@ class Shard:
             "records": records,
             "progress": 1.0 if self.state == "ready" else (self.scanned / self.size if self.size else 1.0),
             "problems": list(self.problems),
+            "verified": self.verified,
         }
 
     def record_count(self) -> int | None:

@@ -80,11 +80,14 @@ async function showFiles() {
     el("td", {text: bytes(f.size)}),
     el("td", {class: "records", text: f.records === null ? "…" : f.records.toLocaleString("en")}),
     el("td", {}, state(f), f.compression ? el("span", {class: "badge", text: f.compression}) : null),
-    el("td", {}, f.problems.length ? el("span", {class: "badge bad", text: "damaged"}) : null,
+    el("td", {class: "verified"}, f.problems.length ? el("span", {class: "badge bad", text: "damaged"}) : null,
+      f.verified === "ok" ? el("span", {class: "badge", text: "verified: no damage"}) : null,
+      f.verified === "verifying" ? el("span", {class: "badge partial", text: "verifying…"}) : null,
+      f.verified === null ? el("button", {class: "verify", text: "verify", onclick: () => getJSON("/api/verify", {file: i}).then(showFiles)}) : null,
       ...f.problems.map((p) => el("div", {class: "problem", text: p})))));
   view.replaceChildren(el("h2", {text: `${files.files.length} file(s)`}),
     el("table", {id: "files"}, el("tr", {}, ...["file", "size", "records", "index", "damage"].map((h) => el("th", {text: h}))), ...rows));
-  if (files.files.some((f) => f.state === "building" || f.state === "loading" || f.state === "pending")) later(route, 500);
+  if (files.files.some((f) => ["building", "loading", "pending"].includes(f.state) || f.verified === "verifying")) later(route, 500);
 }
 
 async function drawImage(canvas, file, record) {
@@ -121,6 +124,9 @@ async function drawImage(canvas, file, record) {
 }
 
 function featureRow(file, record, feature) {
+  if (feature.key === record.image && feature.count === 1) {
+    return el("tr", {"data-key": feature.key}, el("td", {text: feature.key}), el("td", {class: "kind", text: "image"}), el("td", {class: "more", text: "drawn at the left"}));
+  }
   const cells = feature.values.map((v, i) => feature.images.includes(i)
     ? el("img", {class: "thumb", alt: feature.key, src: api("/api/blob", {file, record: record.number, key: feature.key, item: i})})
     : el("span", {text: shown(v) + (i < feature.values.length - 1 ? ", " : "")}));
@@ -177,7 +183,7 @@ async function showRecords(file, start) {
   const controls = el("div", {class: "controls"}, select,
     el("button", {id: "prev", onclick: () => { location.hash = `records/${file}/${Math.max(0, start - PAGE)}`; }, text: "◀ previous"}),
     el("button", {id: "next", onclick: () => { location.hash = `records/${file}/${start + PAGE}`; }, text: "next ▶"}),
-    el("button", {id: "last", onclick: () => { if (lastStart !== null) location.hash = `records/${file}/${lastStart}`; }, text: "last ⏭"}),
+    el("button", {id: "last", onclick: () => { if (lastStart !== null) location.hash = `records/${file}/${lastStart}`; }, text: "last »"}),
     el("form", {onsubmit: (e) => { e.preventDefault(); location.hash = `records/${file}/${recordInput.value}`; }}, recordInput, el("button", {text: "go to record"})),
     el("form", {onsubmit: (e) => { e.preventDefault(); jumpOffset().catch((err) => { status.textContent = err.message; }); }}, offsetInput, el("button", {text: "go to byte"})),
     state(shard), status);
@@ -196,7 +202,7 @@ async function showSchema() {
   const table = (title, rows) => el("div", {}, el("h3", {text: title}), el("table", {class: "schema"},
     el("tr", {}, ...["feature", "spec", "detail", "note"].map((h) => el("th", {text: h}))),
     ...rows.map((r) => el("tr", {"data-key": r.key}, el("td", {text: r.key}), el("td", {text: r.spec}),
-      el("td", {text: r.detail + (r.steps ? ` (steps ${r.steps[0]}–${r.steps[1]})` : "")}), el("td", {text: r.note}))))));
+      el("td", {text: r.detail + (r.steps ? ` (steps ${r.steps[0]}–${r.steps[1]})` : "")}), el("td", {text: r.note})))));
   const parts = [el("h2", {text: `Schema (from ${schema.records} records)`}), ...schema.warnings.map((w) => el("p", {class: "error", text: w}))];
   parts.push(table(schema.feature_lists ? "context features" : "features", schema.features));
   if (schema.feature_lists) parts.push(table("feature lists (SequenceExample)", schema.feature_lists));
