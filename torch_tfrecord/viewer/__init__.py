@@ -1,4 +1,4 @@
-"""Layer 4, the local web viewer behind ``torch-tfrecord view``: a standard-library HTTP server on
+"""Layer 5, the local web viewer behind ``torch-tfrecord view``: a standard-library HTTP server on
 127.0.0.1 (:mod:`.server`) over what the page asks for (:mod:`.catalog`: files, pages of records,
 schema, statistics, filters), and the page itself, shipped in ``static/``.
 """

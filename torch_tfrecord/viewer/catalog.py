@@ -17,6 +17,7 @@ from ..codec.survey import survey_records
 from ..errors import TFRecordError
 from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
 from ..records.reader import ReadStats, read_records
+from ..support.extras import install_hint
 from .query import parse_query
 from .record_view import image_type, view_record
 from .shard import RecordRead, Shard
@@ -135,7 +136,10 @@ class Catalog:
         from ..vision.preview import mask_layer
 
         where = f"record {record} of {self.shard(file).path!r}"
-        layer = mask_layer(self._payload(file, record), where)
+        try:
+            layer = mask_layer(self._payload(file, record), where)
+        except ImportError as error:
+            raise ImportError(f"drawing masks needs Pillow; {install_hint('view')}") from error
         if layer is None:
             raise ViewerError(f"{where} has no class mask")
         out = io.BytesIO()
