@@ -189,3 +189,45 @@ def test_a_damaged_file_is_shown_as_damaged(page: Any) -> None:
     assert "CRC" in page.inner_text("#record-5")
     assert _numbers(page) == list(range(20))  # the others read as they are
     assert page.locator("#record-6 canvas").count() == 1
+
+
+@pytest.fixture(scope="module")
+def s3_shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
+    """A 10 MB detection shard and its index on a local S3 emulator, behind a proxy that counts
+    requests; yields its URL, the storage options as JSON, and the proxy."""
+    pytest.importorskip("s3fs", reason="needs the remote extra")
+    pytest.importorskip("moto", reason="needs moto[server]")
+    import json
+
+    import fsspec
+    from remote_servers import FaultProxy, moto_server, s3_options
+
+    folder = tmp_path_factory.mktemp("remote")
+    path = write_detection(folder, records=200, name="big.tfrecord", padding=48 << 10)
+    with moto_server() as endpoint, FaultProxy(endpoint) as proxy:
+        options = s3_options(proxy.url)
+        filesystem = fsspec.filesystem("s3", **options)
+        filesystem.mkdir("bucket")
+        filesystem.put(str(path), "bucket/data/big.tfrecord")
+        filesystem.put(str(path) + ".idx", "bucket/data/big.tfrecord.idx")
+        yield "s3://bucket/data/big.tfrecord", json.dumps(options), proxy
+
+
+def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple[str, str, Any]) -> None:
+    url, options, proxy = s3_shard
+    proxy.reset()
+    with running_viewer(url, "--storage-options", options) as (viewer, _):
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(f"{viewer}#records/0/0")
+        page.wait_for_selector("#record-19 canvas[data-ready='1']")
+        first = dict(proxy.requests), proxy.ranged_gets
+        assert page.inner_text("#range") == "records 0\u201319 of 200"
+        page.click("#last")
+        page.wait_for_selector("#record-199 canvas[data-ready='1']")
+        last = dict(proxy.requests), proxy.ranged_gets
+        context.close()
+    # the first page, its 20 images included: the index, the file's first bytes (is it compressed?)
+    # and one range of the 10 MB shard; the last page: one more range
+    assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
+    assert last[0].get("GET", 0) - first[0].get("GET", 0) == 1 and last[1] - first[1] == 1, (first, last)

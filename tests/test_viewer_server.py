@@ -84,8 +84,7 @@ def test_another_host_needs_the_token(detection: Path) -> None:
 
 
 def test_no_files_is_an_error_that_says_where(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "torch_tfrecord", "view", str(tmp_path)], capture_output=True, text=True, timeout=60
-    )
+    command = [sys.executable, "-m", "torch_tfrecord", "view", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "torch-tfrecord: error:" in result.stderr and str(tmp_path) in result.stderr

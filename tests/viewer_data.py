@@ -25,9 +25,9 @@ def _png(image: object) -> bytes:
     return out.getvalue()
 
 
-def detection_record(number: int, width: int = 64, height: int = 48) -> bytes:
+def detection_record(number: int, width: int = 64, height: int = 48, padding: int = 0) -> bytes:
     """Record ``number``: a grey image, one box at :data:`BOX` of class ``number % 7 + 1``, a
-    ``label`` of ``number % 5`` and a caption."""
+    ``label`` of ``number % 5`` and a caption (and ``padding`` zero bytes, for size)."""
     from PIL import Image
 
     label = number % 7 + 1
@@ -42,17 +42,20 @@ def detection_record(number: int, width: int = 64, height: int = 48) -> bytes:
             "label": number % 5,
             "caption": f"record number {number}",
             "score": [number / 10, 1.0],
+            **({"padding": bytes(padding)} if padding else {}),
         }
     )
 
 
-def write_detection(folder: Path, records: int = 60, name: str = "detection.tfrecord") -> Path:
+def write_detection(
+    folder: Path, records: int = 60, name: str = "detection.tfrecord", padding: int = 0
+) -> Path:
     """Detection records with their index and a label_map.pbtxt beside them."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     with RecordWriter(str(path)) as writer:
         for number in range(records):
-            writer.write(detection_record(number))
+            writer.write(detection_record(number, padding=padding))
     (folder / "label_map.pbtxt").write_text(LabelMap.from_names(NAMES).encode())
     return path
 

@@ -13,6 +13,7 @@ import itertools
 import logging
 import os
 import threading
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 
 # Files up to this size have every record's CRCs checked in the background once indexed.
 VERIFY_LIMIT = 256 << 20
+# Payloads of the records last read kept (the page asks for each image after its page).
+_RECENT_BYTES = 32 << 20
 # Records read from the start of a file while its index is not ready: pages past this wait.
 _SEQUENTIAL_LIMIT = 2000
 
@@ -70,6 +73,8 @@ class Shard:
         self.problems: list[str] = []  # damage found, in the words `verify` uses
         self.verified: str | None = None  # None (not checked), verifying, ok, damaged
         self._source: int | Any = None
+        self._recent: OrderedDict[int, RecordRead] = OrderedDict()  # the records last read, by number
+        self._recent_bytes = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
 
@@ -185,6 +190,20 @@ class Shard:
         numbers = np.arange(max(first, 0), min(first + count, len(table)), dtype=np.int64)
         if not len(numbers):
             return []
+        with self._lock:
+            kept = [self._recent.get(number) for number in numbers.tolist()]
+        if all(read is not None for read in kept):  # the page's images, asked for after the page
+            return [read for read in kept if read is not None]
+        reads = self._read_entries(table, numbers)
+        with self._lock:
+            for read in reads:
+                self._recent[read.number] = read
+                self._recent_bytes += len(read.payload or b"")
+            while self._recent_bytes > _RECENT_BYTES and len(self._recent) > 1:
+                self._recent_bytes -= len(self._recent.popitem(last=False)[1].payload or b"")
+        return reads
+
+    def _read_entries(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
         source = self._open()
         try:
             payloads: list[bytes | None] = list(
