@@ -132,5 +132,3 @@ def test_bad_requests_are_errors_that_say_what(tmp_path: Path) -> None:
         catalog.mask(0, 0)
     with pytest.raises(SourceNotFoundError, match="matches no data file"):
         Catalog([str(tmp_path / "nothing-*.tfrecord")])
-
-

@@ -48,14 +48,18 @@ def detection_record(number: int, width: int = 64, height: int = 48, padding: in
 
 
 def write_detection(
-    folder: Path, records: int = 60, name: str = "detection.tfrecord", padding: int = 0
+    folder: Path,
+    records: int = 60,
+    name: str = "detection.tfrecord",
+    padding: int = 0,
+    size: tuple[int, int] = (64, 48),
 ) -> Path:
     """Detection records with their index and a label_map.pbtxt beside them."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / name
     with RecordWriter(str(path)) as writer:
         for number in range(records):
-            writer.write(detection_record(number, padding=padding))
+            writer.write(detection_record(number, *size, padding=padding))
     (folder / "label_map.pbtxt").write_text(LabelMap.from_names(NAMES).encode())
     return path
 

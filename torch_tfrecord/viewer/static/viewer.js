@@ -105,7 +105,8 @@ async function drawImage(canvas, file, record) {
     ctx.drawImage(mask, 0, 0);
   }
   const line = Math.max(2, Math.round(Math.min(w, h) / 100));
-  ctx.font = `${Math.max(10, line * 5)}px sans-serif`;
+  const font = Math.max(12, Math.round(h / 16));
+  ctx.font = `${font}px sans-serif`;
   for (const box of record.boxes) {
     const x0 = Math.round(box.xmin * w), y0 = Math.round(box.ymin * h);
     const x1 = Math.round(box.xmax * w), y1 = Math.round(box.ymax * h);
@@ -116,8 +117,8 @@ async function drawImage(canvas, file, record) {
     const name = box.name || (box.label ?? "");
     if (name !== "") {
       const tab = ctx.measureText(String(name)).width + 6;
-      ctx.fillStyle = colour; ctx.fillRect(x0 + line, y0 + line, tab, line * 5 + 4);
-      ctx.fillStyle = "#000"; ctx.fillText(String(name), x0 + line + 3, y0 + line * 6);
+      ctx.fillStyle = colour; ctx.fillRect(x0 + line, y0 + line, tab, font + 4);
+      ctx.fillStyle = "#000"; ctx.fillText(String(name), x0 + line + 3, y0 + line + font);
     }
   }
   canvas.dataset.ready = "1";
@@ -217,7 +218,12 @@ async function showSchema() {
 
 function bars(counts) {
   const top = Math.max(...counts, 1);
-  return el("div", {class: "bars"}, ...counts.map((c) => el("div", {style: `height:${Math.round((40 * c) / top)}px`, title: String(c)})));
+  const bar = (c) => {
+    const node = el("div", {title: String(c)});
+    node.style.height = `${Math.round((40 * c) / top)}px`; // through the CSSOM: the page's CSP refuses style attributes
+    return node;
+  };
+  return el("div", {class: "bars"}, ...counts.map(bar));
 }
 
 async function showStatistics() {
