@@ -15,8 +15,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tests"))
-from viewer_data import damage_record, write_detection, write_segmentation
-from viewer_server import running_viewer
+from viewer_data import damage_record, write_detection, write_segmentation  # noqa: E402
+from viewer_server import running_viewer  # noqa: E402
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
