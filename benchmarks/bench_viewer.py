@@ -34,21 +34,9 @@ from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 from viewer_data import detection_record
-from viewer_server import running_viewer
+from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
 
 from torch_tfrecord.records.writer import RecordWriter
-
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def make_shard(folder: Path, size_gb: float, record_kb: int) -> tuple[Path, int]:
@@ -138,7 +126,7 @@ def main() -> None:
     saved = Path(str(index) + ".saved")
     shutil.copy(index, saved)
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.goto("about:blank")  # the browser is up before the clock starts
         page.close()

@@ -12,21 +12,10 @@ from typing import Any
 
 import pytest
 from viewer_data import GREY, damage_record, write_detection, write_segmentation
-from viewer_server import running_viewer
+from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
 
 from torch_tfrecord.records.index import default_index_path, load_index
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
 )

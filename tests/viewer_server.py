@@ -14,7 +14,20 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["running_viewer"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "running_viewer"]
+
+# Debian's chromium (``apt-get install chromium``; never ``playwright install``), kept off the network.
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 _WITHOUT_TORCH = (

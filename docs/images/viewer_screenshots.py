@@ -16,9 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tests"))
 from viewer_data import damage_record, write_detection, write_segmentation  # noqa: E402
-from viewer_server import running_viewer  # noqa: E402
-
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer  # noqa: E402
 
 
 def main() -> None:
@@ -33,7 +31,7 @@ def main() -> None:
         damage_record(damaged, 5)
         paths = [str(detection.parent), str(segmentation), str(damaged)]
         with running_viewer(*paths) as (url, _), sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1100, "height": 640})
             shots = [
                 ("files", "files", "#files .verified .badge"),

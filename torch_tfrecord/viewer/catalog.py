@@ -16,7 +16,6 @@ from ..codec.label_map import class_names_beside
 from ..codec.survey import survey_records
 from ..errors import TFRecordError
 from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
-from ..records.reader import ReadStats, read_records
 from ..support.extras import install_hint
 from .query import parse_query
 from .record_view import image_type, view_record
@@ -159,13 +158,7 @@ class Catalog:
 
         def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage
             for shard in self.shards:
-                stream = read_records(
-                    shard.path,
-                    compression=shard.compression,
-                    on_error="skip",
-                    storage_options=self.storage_options,
-                )
-                for number, payload in enumerate(stream):
+                for number, payload in enumerate(shard.intact_records()):
                     origins.append((shard.path, number))
                     yield payload
                     if len(origins) >= SCHEMA_RECORDS:
@@ -219,15 +212,8 @@ class Catalog:
     def _gather(self) -> None:
         seen = 0
         for shard in self.shards:
-            stats = ReadStats()
             try:
-                for payload in read_records(
-                    shard.path,
-                    compression=shard.compression,
-                    on_error="skip",
-                    stats=stats,
-                    storage_options=self.storage_options,
-                ):
+                for payload in shard.intact_records():
                     features = describe_record(payload)
                     with self._lock:
                         self._statistics.add(features)

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -132,17 +133,19 @@ class Shard:
             self.verified = "verifying"
             threading.Thread(target=self._verify, name=f"verify {self.path}", daemon=True).start()
 
+    def intact_records(self, stats: ReadStats | None = None) -> Iterator[bytes]:
+        """Every intact record from the start, stepping over damage as ``verify`` does (each
+        damaged region counted in ``stats``)."""
+        options = self.storage_options
+        return read_records(
+            self.path, compression=self.compression, on_error="skip", stats=stats, storage_options=options
+        )
+
     def _verify(self) -> None:
         self.verified = "verifying"
         stats = ReadStats()
         try:
-            for _ in read_records(
-                self.path,
-                compression=self.compression,
-                on_error="skip",
-                stats=stats,
-                storage_options=self.storage_options,
-            ):
+            for _ in self.intact_records(stats):
                 pass
         except (TFRecordError, OSError) as error:
             stats.errors.append(f"{type(error).__name__}: {error}")
