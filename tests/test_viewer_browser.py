@@ -209,6 +209,8 @@ def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple
     with running_viewer(url, "--storage-options", options) as (viewer, _):
         context = browser.new_context()
         page = context.new_page()
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(urllib.parse.urlsplit(request.url).netloc))
         page.goto(f"{viewer}#records/0/0")
         page.wait_for_selector("#record-19 canvas[data-ready='1']")
         first = dict(proxy.requests), proxy.ranged_gets
@@ -217,6 +219,7 @@ def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple
         page.wait_for_selector("#record-199 canvas[data-ready='1']")
         last = dict(proxy.requests), proxy.ranged_gets
         context.close()
+    assert set(asked) == {urllib.parse.urlsplit(viewer).netloc}  # the browser asks the viewer only
     # the first page, its 20 images included: the index, the file's first bytes (is it compressed?)
     # and one range of the 10 MB shard; the last page: one more range
     assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
