@@ -24,6 +24,7 @@ from ..codec.encode import encode_example, encode_sequence_example
 from ..codec.schema import InferredSequenceSpec, infer_spec
 from ..codec.spec import FeatureSpec, FixedLen, Image, RawTensor, VarLen, normalize_spec
 from ..codec.spec_file import decode_spec_json, encode_spec_json, read_spec_file, write_spec_file
+from ..errors import SourceNotFoundError
 from ..records.atomic import PendingFile
 from ..records.io import PathLike, StorageOptions, expand_sources
 from ..records.reader import read_records
@@ -231,9 +232,9 @@ def _parquet_files(sources: PathLike | Sequence[PathLike]) -> list[str]:
         elif os.path.exists(item):
             found.append(item)
         else:
-            raise ConversionError(f"{item!r} does not exist")
+            raise SourceNotFoundError(f"{item!r} does not exist")
     if not found:
-        raise ConversionError(f"no Parquet files in {items!r}")
+        raise SourceNotFoundError(f"no Parquet files in {items!r}")
     return found
 
 
