@@ -241,18 +241,14 @@ def cmd_parquet(args: argparse.Namespace) -> int:
     """``convert parquet`` and ``convert from-parquet``."""
     from ..convert.parquet import from_parquet, to_parquet
 
-    progress = not args.quiet and sys.stderr.isatty()
+    common = {
+        "compression": args.compression,
+        "progress": not args.quiet and sys.stderr.isatty(),
+        "storage_options": storage_options(args),
+    }
     start = time.perf_counter()
     if args.format == "from-parquet":
-        result = from_parquet(
-            args.parquet,
-            args.out,
-            shard_size=args.shard_size,
-            name=args.name,
-            compression=args.compression,
-            progress=progress,
-            storage_options=storage_options(args),
-        )
+        result = from_parquet(args.parquet, args.out, shard_size=args.shard_size, name=args.name, **common)
         paths = result.shards[""]
         more = f" ({paths[0]}{' ...' if len(paths) > 1 else ''})" if paths else ""
         print(f"{plural(result.total, 'record')} in {plural(len(paths), 'shard')}{more}")
@@ -277,9 +273,7 @@ def cmd_parquet(args: argparse.Namespace) -> int:
         **specs,
         rows_per_file=args.rows_per_file,
         batch_size=args.batch_size,
-        compression=args.compression,
-        progress=progress,
-        storage_options=storage_options(args),
+        **common,
     )
     rows = sum(_parquet_rows(path) for path in files)
     more = " ..." if len(files) > 1 else ""

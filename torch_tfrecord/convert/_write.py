@@ -27,7 +27,14 @@ from ..records.writer import RecordWriter, ShardedRecordWriter, WriteCompression
 from ..support.processes import worker_processes
 from ..support.text import progress_bar
 
-__all__ = ["ConversionError", "ConversionResult", "WriteOptions", "write_records", "write_stream"]
+__all__ = [
+    "ConversionError",
+    "ConversionResult",
+    "WriteOptions",
+    "shard_options",
+    "write_records",
+    "write_stream",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +97,29 @@ class WriteOptions:
                 raise ValueError(f"split ratios must be positive, got {dict(self.split)}")
             if abs(sum(self.split.values()) - 1) > 1e-6:
                 raise ValueError(f"split ratios must add up to 1, got {dict(self.split)}")
+
+
+def shard_options(
+    out_dir: str | os.PathLike[str],
+    name: str,
+    shard_size: int | None,
+    compression: WriteCompression,
+    progress: bool,
+    storage_options: StorageOptions,
+    /,
+    **more: Any,
+) -> WriteOptions:
+    """The :class:`WriteOptions` of a writer whose public arguments say ``shard_size`` and take
+    any path (``tt.write_dataset``, ``tt.from_parquet``); ``more`` are the other fields."""
+    return WriteOptions(
+        out_dir=os.fspath(out_dir),
+        name=name,
+        max_records_per_shard=shard_size,
+        compression=compression,
+        progress=progress,
+        storage_options=storage_options,
+        **more,
+    )
 
 
 @dataclasses.dataclass

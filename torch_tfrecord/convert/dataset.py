@@ -19,7 +19,7 @@ from ..codec.spec import normalize_spec
 from ..codec.spec_file import encode_spec_json, write_spec_file
 from ..records.io import StorageOptions
 from ..records.writer import WriteCompression
-from ._write import ConversionError, ConversionResult, OnError, WriteOptions, write_records, write_stream
+from ._write import ConversionError, ConversionResult, OnError, shard_options, write_records, write_stream
 from .samples import ImageFormat, SampleEncoder, SpecBuilder
 
 __all__ = ["write_dataset"]
@@ -127,19 +127,8 @@ def write_dataset(
         >>> result.spec  # doctest: +SKIP
         {'x': tt.FixedLen(shape=(2,), dtype=torch.float32), 'label': tt.FixedLen(shape=(), dtype=torch.int64)}
     """
-    options = WriteOptions(
-        out_dir=os.fspath(out_dir),
-        name=name,
-        shards=shards,
-        max_records_per_shard=shard_size,
-        split=split,
-        seed=seed,
-        jobs=jobs,
-        on_error=on_error,
-        progress=progress,
-        storage_options=storage_options,
-        compression=compression,
-    )
+    sharding = {"shards": shards, "split": split, "seed": seed, "jobs": jobs, "on_error": on_error}
+    options = shard_options(out_dir, name, shard_size, compression, progress, storage_options, **sharding)
     encoder = SampleEncoder(None if keys is None else tuple(keys), image_format, jpeg_quality)
     builder = SpecBuilder()
     if _is_map_style(source):

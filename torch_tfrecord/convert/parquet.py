@@ -31,7 +31,7 @@ from ..records.reader import read_records
 from ..records.writer import WriteCompression
 from ..support.extras import install_hint
 from ..support.text import progress_bar
-from ._write import ConversionError, ConversionResult, WriteOptions, write_stream
+from ._write import ConversionError, ConversionResult, shard_options, write_stream
 
 __all__ = ["SPEC_METADATA_KEY", "from_parquet", "to_parquet"]
 
@@ -365,14 +365,7 @@ def from_parquet(
     """
     _pyarrow()
     files = _parquet_files(sources)
-    options = WriteOptions(
-        out_dir=os.fspath(out_dir),
-        name=name,
-        max_records_per_shard=shard_size,
-        progress=progress,
-        storage_options=storage_options,
-        compression=compression,
-    )
+    options = shard_options(out_dir, name, shard_size, compression, progress, storage_options)
     found: dict[str, Any] = {}
     result = write_stream(_records(files, found), _same, options)
     specs = found.get("specs")
