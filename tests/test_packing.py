@@ -121,34 +121,3 @@ def test_pack_leaves_a_single_tensor_alone(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(_packing, "INLINE_LIMIT", -1)
     batch = {"x": torch.ones(2), "names": ["a"]}
     assert pack_tensors(batch)["x"] is batch["x"]
-
-
-def test_a_large_bytes_column_travels_in_the_shared_block_not_the_pickle() -> None:
-    values = [bytes([i % 251]) * (4096 + i) for i in range(256)] + [b""]  # ~1 MB, one empty value
-    batch = {"data": values, "label": torch.arange(257), "floats": torch.ones(257, 16)}
-    packed = pack_tensors(batch)
-    assert isinstance(packed["data"], _packing.SharedBytes) and packed["data"] == values  # in the worker
-    pickled = ForkingPickler.dumps(packed)
-    assert len(pickled) < 16_000  # the megabyte is in shared memory: offsets and handles travel
-    received = ForkingPickler.loads(pickled)
-    assert type(received["data"]) is list and received["data"] == values
-    assert all(type(value) is bytes for value in received["data"])
-    assert received["data"][0] is not values[0] and torch.equal(received["label"], torch.arange(257))
-    assert received["label"].untyped_storage().is_shared()
-    # Below the inline limit the column still travels in the pickle, with no shared memory.
-    small = pack_tensors({"data": values[:8], "label": torch.arange(8)})
-    assert isinstance(small, InlineBatch) and _sent(small)["data"] == values[:8]
-    assert _sent(pack_tensors({"data": [b""] * 300_000}))["data"] == [b""] * 300_000
-
-
-class _BytesBatches(IterableDataset):  # type: ignore[type-arg]
-    def __iter__(self) -> Any:
-        for i in range(3):
-            yield pack_tensors({"data": [bytes([i]) * 4096] * 256, "label": torch.full((256,), i)})
-
-
-def test_bytes_columns_through_a_dataloader_worker() -> None:
-    received = list(DataLoader(_BytesBatches(), batch_size=None, num_workers=1))
-    assert [type(batch["data"]) for batch in received] == [list] * 3
-    assert [batch["data"] for batch in received] == [[bytes([i]) * 4096] * 256 for i in range(3)]
-    assert [batch["label"].tolist() for batch in received] == [[i] * 256 for i in range(3)]

@@ -5,24 +5,19 @@ descriptor, fetched by the main process over a socket) per storage, which costs 
 the copy: ~0.4 ms per tensor on a small machine, against a few microseconds to copy a batch.
 So a batch's tensors are packed as views of one block: for a small batch, a block that travels
 inside the pickle through the worker's pipe (no shared memory at all, :class:`InlineBatch`);
-for a large one, one shared-memory block. A column of ``bytes`` values (a ``list``) counts
-towards the size too, and in a large batch travels in the same block, joined, with its offsets:
-the main process reads it back as the same list of ``bytes`` without its megabytes passing
-through the pipe and through pickle twice.
+for a large one, one shared-memory block.
 """
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable
-from itertools import accumulate
 from typing import Any
 
 import torch
 
 from ..codec.ragged import Ragged
 
-__all__ = ["INLINE_LIMIT", "InlineBatch", "SharedBytes", "pack_tensors"]
+__all__ = ["INLINE_LIMIT", "InlineBatch", "pack_tensors"]
 
 _ALIGN = 64
 INLINE_LIMIT = 1 << 18
@@ -161,66 +156,16 @@ def _unpack(payload: bytearray, structure: dict[str, Any]) -> dict[str, Any]:
     return _map(structure, leaf, _keep)  # type: ignore[no-any-return]
 
 
-class SharedBytes(list):  # type: ignore[type-arg]
-    """A column of ``bytes`` values whose bytes also lie, joined, in a shared-memory ``block``
-    at ``offsets``: it pickles as that block (one file descriptor) and unpickles as a plain
-    ``list`` of the same ``bytes``. In the process that made it, it is the list itself."""
-
-    def __init__(self, values: list[bytes], block: torch.Tensor, offsets: array[int]) -> None:
-        super().__init__(values)
-        self.block, self.offsets = block, offsets
-
-    def __reduce__(self) -> tuple[Any, ...]:  # type: ignore[override]
-        return (_bytes_list, (self.block, self.offsets.tobytes()))
-
-
-def _bytes_list(block: torch.Tensor, offsets: bytes) -> list[bytes]:
-    """The ``bytes`` values of a :class:`SharedBytes`: one copy out of shared memory each."""
-    ends = array("q")
-    ends.frombytes(offsets)
-    data = block.numpy().data
-    return [bytes(data[start:end]) for start, end in zip([0, *ends[:-1]], ends, strict=True)]
-
-
-def _bytes_columns(batch: Any) -> dict[str, list[bytes]]:
-    """The batch's columns that are lists of ``bytes`` (its top-level ones: a dataset's keys)."""
-    if not isinstance(batch, dict):
-        return {}
-    return {
-        key: value
-        for key, value in batch.items()
-        if type(value) is list and value and all(type(item) is bytes for item in value)
-    }
-
-
-def _aligned(size: int) -> int:
-    return -(-size // _ALIGN) * _ALIGN
-
-
 def pack_tensors(batch: Any) -> Any:
     """The same structure (dicts, lists, tuples, Ragged), ready to leave a worker: a dict whose
-    tensors and ``bytes`` columns hold at most :data:`INLINE_LIMIT` bytes as an
-    :class:`InlineBatch`, otherwise its CPU tensors as views of one shared-memory block and its
-    ``bytes`` columns as :class:`SharedBytes` in the same block."""
+    tensors hold at most :data:`INLINE_LIMIT` bytes as an :class:`InlineBatch`, otherwise its
+    CPU tensors as views of one shared-memory block."""
     tensors, places, total = _layout(batch)
-    columns = _bytes_columns(batch)
-    sizes = {key: sum(map(len, values)) for key, values in columns.items()}
-    if isinstance(batch, dict) and total + sum(sizes.values()) <= INLINE_LIMIT:
+    if isinstance(batch, dict) and total <= INLINE_LIMIT:
         return InlineBatch(batch)
-    if len(tensors) < 2 and not columns:
+    if len(tensors) < 2:
         return batch
     # Allocated in shared memory already, so sending it to the main process copies nothing.
-    size = total + sum(_aligned(size) for size in sizes.values())
-    block = torch.empty(size, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
+    block = torch.empty(total, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
     views = _views(block, tensors, places)
-    packed = _map(batch, lambda t: views.get(id(t), t), _keep)
-    at = total
-    for key, values in columns.items():
-        joined = block[at : at + sizes[key]]
-        into, start = joined.numpy().data, 0
-        for value in values:
-            into[start : start + len(value)] = value
-            start += len(value)
-        packed[key] = SharedBytes(values, joined, array("q", accumulate(map(len, values))))
-        at += _aligned(sizes[key])
-    return packed
+    return _map(batch, lambda t: views.get(id(t), t), _keep)
