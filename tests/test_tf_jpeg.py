@@ -105,7 +105,7 @@ def test_center_crop_in_a_dataset_is_tensorflows_decode_and_crop(tmp_path: Path)
 
 
 def test_fast_dct_without_simplejpeg_names_the_extra(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(tf_jpeg, "_simplejpeg", lambda: None)
+    monkeypatch.setattr(tf_jpeg, "simplejpeg_module", lambda: None)
     with pytest.raises(ImportError, match="fastjpeg"):
         decode_image(jpeg("grey"), "RGB", dct="fast")
     path = str(tmp_path / "images.tfrecord")

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import io
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +24,7 @@ import torch.nn.functional as F
 
 from ..support.seeds import mix_seed
 from .spec import Image
-from .tf_jpeg import decode_jpeg_crop_fast, decode_jpeg_fast, fast_dct_library
+from .tf_jpeg import decode_jpeg_crop_fast, decode_jpeg_fast, fast_dct_library, simplejpeg_module
 
 __all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
 
@@ -125,13 +123,7 @@ def resize(
     return floats[0].round_().clamp_(0, 255).to(torch.uint8)
 
 
-@functools.cache
-def _simplejpeg() -> Any:
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    return simplejpeg
+_simplejpeg = simplejpeg_module  # the scaled decode's library (None: Pillow's draft); tests patch it
 
 
 def _is_jpeg(data: bytes | memoryview) -> bool:

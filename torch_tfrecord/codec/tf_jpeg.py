@@ -24,7 +24,14 @@ import numpy.typing as npt
 
 from ..support.extras import install_hint
 
-__all__ = ["DCT", "crop_library", "decode_jpeg_crop_fast", "decode_jpeg_fast", "fast_dct_library"]
+__all__ = [
+    "DCT",
+    "crop_library",
+    "decode_jpeg_crop_fast",
+    "decode_jpeg_fast",
+    "fast_dct_library",
+    "simplejpeg_module",
+]
 
 Box = tuple[int, int, int, int]  # top, left, height, width
 
@@ -36,7 +43,8 @@ _STANDALONE = frozenset([0x01, *range(0xD0, 0xD9)])  # markers with no length (T
 
 
 @functools.cache
-def _simplejpeg() -> Any:
+def simplejpeg_module() -> Any:
+    """simplejpeg when it is installed, else None."""
     try:
         import simplejpeg
     except ImportError:
@@ -50,7 +58,7 @@ def fast_dct_library() -> Any:
     Raises:
         ImportError: it is not installed (names the extra to install).
     """
-    simplejpeg = _simplejpeg()
+    simplejpeg = simplejpeg_module()
     if simplejpeg is None:
         raise ImportError(
             "Image(dct='fast') (TensorFlow's JPEG pixels) needs simplejpeg, which decodes with "
