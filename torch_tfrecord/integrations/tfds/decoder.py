@@ -21,6 +21,7 @@ from ...codec.image import decode_image
 from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, VarLen
 from ...codec.spec import Image as ImageSpec
+from ...codec.tf_jpeg import DCT
 from ...errors import FeatureError
 from .features import (
     DIRECT_DTYPES,
@@ -90,8 +91,9 @@ def _numeric_spec(shape: Shape, dtype: str) -> FeatureSpec:
 class _Converter:
     """Turns one leaf's decoded columns into its values, per sample and per batch."""
 
-    def __init__(self, leaf: _Leaf) -> None:
+    def __init__(self, leaf: _Leaf, dct: DCT = "fast") -> None:
         self.leaf = leaf
+        self.dct = dct
         self.spec: dict[str, FeatureSpec] = {}
         feature = leaf.feature
         steps = leaf.steps
@@ -104,7 +106,7 @@ class _Converter:
             self.kind = "image"
             self.full_shape: Shape = (*steps, *feature.shape)
             if not steps:
-                self.spec[leaf.key] = ImageSpec(_mode(feature))
+                self.spec[leaf.key] = ImageSpec(_mode(feature), dct=dct)
             else:
                 self.spec[leaf.key] = _string_spec(steps)
             return
@@ -160,7 +162,7 @@ class _Converter:
     def _image_stack(self, blobs: list[bytes]) -> torch.Tensor:
         image = self.leaf.feature
         assert isinstance(image, Image)
-        frames = [decode_image(blob, _mode(image)) for blob in blobs]
+        frames = [decode_image(blob, _mode(image), self.dct) for blob in blobs]
         if frames:
             return torch.stack(frames)
         height, width, channels = (d or 0 for d in (image.shape[-3:] if len(image.shape) >= 3 else (0, 0, 0)))
@@ -269,15 +271,17 @@ class FeatureDecoder:
         features: the connector tree (:func:`parse_features`).
         batched: True when it is given decoded batches (the datasets' batch mode), False for
             samples.
+        dct: the inverse DCT of JPEG images: ``"fast"`` (TensorFlow's default, so the pixels
+            equal ``tfds.as_numpy``'s) or ``"accurate"`` (``INTEGER_ACCURATE``).
 
     Raises:
         UnsupportedFeatureError: a connector (or a nesting of one) that is not read here.
     """
 
-    def __init__(self, features: Feature, *, batched: bool) -> None:
+    def __init__(self, features: Feature, *, batched: bool, dct: DCT = "fast") -> None:
         self.features = features
         self.batched = batched
-        self.converters = [_Converter(leaf) for leaf in _leaves(features, (), ())]
+        self.converters = [_Converter(leaf, dct) for leaf in _leaves(features, (), ())]
         self.spec: dict[str, FeatureSpec] = {}
         for converter in self.converters:
             self.spec.update(converter.spec)

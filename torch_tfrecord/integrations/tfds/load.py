@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
 from ...data.shard_index import IndexArg, resolve_index
@@ -163,6 +164,7 @@ def from_tfds(
     index: IndexArg = None,
     storage_options: StorageOptions = None,
     transform: Callable[..., Any] | None = None,
+    dct: DCT = "fast",
     **dataset_kwargs: Any,
 ) -> TFDSDataset | IndexedTFDSDataset:
     """A TFDS-prepared dataset as a dataset, with no TensorFlow and no spec to write.
@@ -181,6 +183,10 @@ def from_tfds(
         indexed: True gives the map-style :class:`IndexedTFDSDataset`.
         index, storage_options: as for :class:`~torch_tfrecord.TFRecordDataset`.
         transform: runs on TFDS's values (a sample, or a batch in batch mode).
+        dct: the inverse DCT of JPEG images. ``"fast"`` (the default) is TensorFlow's default,
+            so images equal ``tfds.as_numpy``'s value for value (it needs simplejpeg: the
+            ``vision`` or ``fastjpeg`` extra); ``"accurate"`` is TensorFlow's
+            ``INTEGER_ACCURATE`` (and torchvision's and Pillow's pixels).
         **dataset_kwargs: any other argument of the dataset (``batch_size``, ``shuffle``,
             ``seed``, ``rank`` ...).
 
@@ -198,7 +204,7 @@ def from_tfds(
     info = read_info(version_dir, storage_options)
     features = load_features(info, storage_options)
     batched = not indexed and dataset_kwargs.get("batch_size") is not None
-    decoder = FeatureDecoder(features, batched=batched)
+    decoder = FeatureDecoder(features, batched=batched, dct=dct)
     files = split_files(info, split, index, storage_options)
     kwargs = {"spec": decoder.spec, "transform": _transform(decoder, transform), **dataset_kwargs}
     if indexed:
