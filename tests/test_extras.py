@@ -76,7 +76,7 @@ def test_every_hint_names_an_extra_of_the_project() -> None:
         for path in package.rglob("*.py")
         for extra in re.findall(r"install_hint\(['\"](\w+)['\"]\)", path.read_text())
     }
-    assert named == {"coco", "compressed", "convert", "fastjpeg", "ray", "remote", "view", "vision"}
+    assert named == {"arrow", "coco", "compressed", "convert", "fastjpeg", "hf", "ray", "remote", "view", "vision"}
     assert named <= set(extras)
 
 
