@@ -68,8 +68,8 @@ def _map(value: Any, leaf: Leaf, ragged: Callable[[Any, Any], Any]) -> Any:
     if isinstance(value, list):
         if _PLAIN.issuperset(map(type, value)):  # bytes, numbers...: nothing inside to replace
             return value
-        items = [_map(item, leaf, ragged) for item in value]
-        return RowList(items) if isinstance(value, RowList) else items
+        mapped = [_map(item, leaf, ragged) for item in value]
+        return RowList(mapped) if isinstance(value, RowList) else mapped
     if isinstance(value, tuple):
         items = (_map(item, leaf, ragged) for item in value)
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
