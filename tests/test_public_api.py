@@ -22,7 +22,7 @@ PUBLIC = [
     "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen", "FixedLenSequence",
     "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
     "MissingFeatureError", "MixedDataset", "Ragged", "RawTensor", "ReadStats", "RecordWriter",
-    "RemoteIOError", "ShardedWriter", "SourceNotFoundError", "SpecError", "StaleIndexError",
+    "RemoteIOError", "RowList", "ShardedWriter", "SourceNotFoundError", "SpecError", "StaleIndexError",
     "TFRecordDataset", "TFRecordError", "TruncatedRecordError", "VarLen", "build_compressed_index",
     "build_index", "check_index", "collate", "count_records", "decode_batch", "decode_example",
     "decode_sequence_batch", "decode_sequence_example", "default_index_path", "detection_spec",

@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ReadStats": "records.reader",
     "RecordWriter": "records.writer",
     "RemoteIOError": "errors",
+    "RowList": "codec.selection",
     "ShardedWriter": "codec.writer",
     "SourceNotFoundError": "errors",
     "SpecError": "errors",
@@ -110,6 +111,7 @@ __all__ = [
     "ReadStats",
     "RecordWriter",
     "RemoteIOError",
+    "RowList",
     "ShardedWriter",
     "SourceNotFoundError",
     "SpecError",
@@ -155,6 +157,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
     from .codec.ragged import Ragged
     from .codec.rows import split_batch
     from .codec.schema import infer_spec
+    from .codec.selection import RowList
     from .codec.spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
     from .codec.writer import ExampleWriter, ShardedWriter
     from .convert.dataset import write_dataset

@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..codec.decode import SpecArg
+from ..codec.selection import RowList
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
@@ -239,6 +240,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
         batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
+        for key, column in batch.items():
+            if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
+                batch[key] = RowList(column)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)
         if self._transform is not None:

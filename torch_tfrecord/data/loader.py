@@ -23,10 +23,14 @@ from typing import Any
 import torch
 from torch.utils.data._utils.collate import default_convert
 
+from ..codec.selection import RowList
+
 __all__ = ["calling_fetcher", "convert", "use_fast_convert"]
 
 _LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
 """Exact types that ``default_convert`` returns unchanged (and that no list of them changes)."""
+_LISTS = frozenset({list, RowList})
+"""Exact list types that ``default_convert`` copies (``copy.copy``) and converts item by item."""
 
 
 def calling_fetcher(depth: int = 5) -> Any:
@@ -67,8 +71,8 @@ def convert(data: Any) -> Any:
 def _value(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value
-    if type(value) is list and _LEAVES.issuperset(map(type, value)):
-        return value.copy()  # default_convert's copy of the list, item for item
+    if type(value) in _LISTS and _LEAVES.issuperset(map(type, value)):
+        return type(value)(value)  # default_convert's copy of the list, item for item
     return convert(value)
 
 

@@ -19,7 +19,7 @@ from ...data.shard_index import IndexArg, resolve_index
 from ...data.shards import RecordFiles
 from ...records.io import StorageOptions
 from .decoder import FeatureDecoder
-from .features import ClassLabel, Feature, FeaturesDict, Sequence, parse_features
+from .features import ClassLabel, Feature, FeaturesDict, Image, Sequence, parse_features
 from .info import DatasetInfo, TFDSFormatError, read_info, read_lines, resolve_version_dir
 from .splits import parse_split, shard_ranges
 
@@ -35,7 +35,10 @@ def _class_label_paths(feature: Feature, path: str = "") -> list[str]:
         ]
     if isinstance(feature, Sequence):
         return _class_label_paths(feature.feature, path)
-    return [path] if isinstance(feature, ClassLabel) else []
+    labeled = isinstance(feature, ClassLabel) or (
+        isinstance(feature, Image) and feature.kind == "LabeledImage"
+    )
+    return [path] if labeled else []
 
 
 def load_features(info: DatasetInfo, storage_options: StorageOptions = None) -> Feature:
