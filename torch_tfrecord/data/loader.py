@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.utils.data._utils.collate import default_convert
 
-__all__ = ["calling_fetcher", "convert", "use_fast_convert"]
+__all__ = ["calling_fetcher", "convert", "requested_batch_size", "use_fast_convert"]
 
 _LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
 """Exact types that ``default_convert`` returns unchanged (and that no list of them changes)."""
@@ -43,6 +43,31 @@ def calling_fetcher(depth: int = 5) -> Any:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, _IterableDatasetFetcher):
             return candidate
+        frame = frame.f_back
+    return None
+
+
+def requested_batch_size(depth: int = 6) -> int | None:
+    """How many items the DataLoader fetcher takes from the caller (a generator, at its first step)
+    per batch: its batch size, or None when it does not batch or no fetcher is found.
+
+    A fetcher asks for one batch's indices at a time (``fetch(possibly_batched_index)``), and its
+    batches are always full until the data ends, so the first request gives the batch size.
+    """
+    try:
+        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
+    except ImportError:
+        return None
+    frame: FrameType | None = sys._getframe(1)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        candidate = frame.f_locals.get("self")
+        if isinstance(candidate, _IterableDatasetFetcher) and frame.f_code.co_name == "fetch":
+            index = frame.f_locals.get("possibly_batched_index")
+            if not candidate.auto_collation or not hasattr(index, "__len__"):
+                return None
+            return len(index) or None
         frame = frame.f_back
     return None
 
