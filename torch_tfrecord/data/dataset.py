@@ -22,7 +22,7 @@ from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
 from .epochs import EpochCounter
-from .frameworks import DispatchFlag, Wrapper, calling_wrapper, warn_unknown_versions
+from .frameworks import DispatchFlag, calling_wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .loader import calling_fetcher, requested_batch_size, use_fast_convert
 from .order import EpochPlan, Shuffle, WorkerSlice, block_size
@@ -372,7 +372,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         to the state's; :meth:`set_epoch` with the same epoch keeps the place, another epoch
         starts that epoch from the beginning.
 
-        A rank's own state resumes that rank with the same world size. To resume on another
+        A rank's state resumes any rank of a job with the same world size: the ranks take their
+        equal shares in step, so rank 0's place (what Lightning and Accelerate save) is every
+        rank's place in its own share. To resume on another
         number of ranks, give every new rank the states of *all* old ranks (a list of their
         ``state_dict()`` or StatefulDataLoader states, in any order) or the global state of
         ``state_dict(gather=True)``: the rest of the epoch is split afresh over the new ranks,

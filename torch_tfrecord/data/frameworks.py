@@ -158,7 +158,7 @@ def warn_unknown_versions() -> None:
             warnings.warn(
                 f"{distribution} {version} is a version whose data loader wrappers torch_tfrecord does "
                 f"not know (it knows {', '.join(f'{m}.x' for m in majors)}): check that each epoch "
-                "reads every record once (the \"_record_id\" of each sample), or pin "
+                'reads every record once (the "_record_id" of each sample), or pin '
                 f"{distribution} to a known version",
                 UserWarning,
                 stacklevel=3,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Sized
 from types import FrameType
 from typing import Any
 
@@ -65,7 +66,7 @@ def requested_batch_size(depth: int = 6) -> int | None:
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, _IterableDatasetFetcher) and frame.f_code.co_name == "fetch":
             index = frame.f_locals.get("possibly_batched_index")
-            if not candidate.auto_collation or not hasattr(index, "__len__"):
+            if not candidate.auto_collation or not isinstance(index, Sized):
                 return None
             return len(index) or None
         frame = frame.f_back
