@@ -198,11 +198,7 @@ def run_trainer(data: str) -> dict[str, Any]:
     results = {}
     for workers in (0, 2):
         model = train(data, workers)
-        results[f"trainer-sample-{workers}"] = {
-            "len": model.lens,
-            "epochs": [[p for batch in epoch for p in batch] for epoch in model.batches],
-            "steps": [len(epoch) for epoch in model.batches],
-        }
+        results[f"trainer-sample-{workers}"] = epochs_of(model.lens, model.batches)
     return results
 
 
@@ -214,14 +210,7 @@ def resume_trainer(data: str) -> dict[str, Any]:
     step = steps_per_epoch + STOP
     first = train(data, 2, output_dir=output, save_strategy="steps", save_steps=step)
     again = train(data, 2, resume_from=f"{output}/checkpoint-{step}", output_dir=output)
-    second = first.batches[1]
-    return {
-        "trainer-sample-2": {
-            "full": [p for batch in second for p in batch],
-            "before": [p for batch in second[:STOP] for p in batch],
-            "after": [p for batch in again.batches[-1] for p in batch],
-        }
-    }
+    return {"trainer-sample-2": resumed_batches(first.batches[1], again.batches[-1])}
 
 
 def lightning_module(data: str, mode: str, workers: int, loader_class: type = DataLoader) -> Any:
@@ -270,11 +259,7 @@ def run_lightning(data: str) -> dict[str, Any]:
     for mode, workers in CONFIGS:
         module = lightning_module(data, mode, workers)
         lightning_trainer().fit(module)
-        results[f"lightning-{mode}-{workers}"] = {
-            "len": module.lens,
-            "epochs": [[p for batch in epoch for p in batch] for epoch in module.batches],
-            "steps": [len(epoch) for epoch in module.batches],
-        }
+        results[f"lightning-{mode}-{workers}"] = epochs_of(module.lens, module.batches)
     return results
 
 
@@ -299,12 +284,7 @@ def resume_lightning(data: str) -> dict[str, Any]:
         lightning_trainer(callbacks=[Saver(path)]).fit(first)
         again = lightning_module(data, mode, workers, StatefulDataLoader)
         lightning_trainer().fit(again, ckpt_path=path)
-        second = first.batches[1]
-        results[f"lightning-{mode}-{workers}"] = {
-            "full": [p for batch in second for p in batch],
-            "before": [p for batch in second[:STOP] for p in batch],
-            "after": [p for batch in again.batches[-1] for p in batch],
-        }
+        results[f"lightning-{mode}-{workers}"] = resumed_batches(first.batches[1], again.batches[-1])
     return results
 
 
@@ -332,6 +312,24 @@ RESUME_CONFIGS = [("sample", 2), ("batch", 0)]
 def resumed(full: list[list[int]], steps: list[dict[str, Any]], after: list[list[int]]) -> dict[str, Any]:
     """What the test compares: the second epoch whole, its first STOP steps, and the resumed rest."""
     return {"full": full, "before": [p for batch in steps[:STOP] for p in pairs(batch)], "after": after}
+
+
+def resumed_batches(second: list[list[list[int]]], after: list[list[list[int]]]) -> dict[str, Any]:
+    """:func:`resumed` of batches already turned into pairs."""
+    return {
+        "full": [p for batch in second for p in batch],
+        "before": [p for batch in second[:STOP] for p in batch],
+        "after": [p for batch in after for p in batch],
+    }
+
+
+def epochs_of(lens: list[int], batches: list[list[list[list[int]]]]) -> dict[str, Any]:
+    """The results of a framework that recorded each epoch's ``len`` and batches (as pairs)."""
+    return {
+        "len": lens,
+        "epochs": [[p for batch in epoch for p in batch] for epoch in batches],
+        "steps": [len(epoch) for epoch in batches],
+    }
 
 
 def resume_stateful(data: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Sized
+from collections.abc import Iterator, Sized
 from types import FrameType
 from typing import Any
 
@@ -33,18 +33,8 @@ _LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
 def calling_fetcher(depth: int = 5) -> Any:
     """The DataLoader fetcher whose ``iter(dataset)`` called the caller, if any, within ``depth``
     frames above it."""
-    try:
-        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
-    except ImportError:
-        return None
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(depth):
-        if frame is None:
-            return None
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _IterableDatasetFetcher):
-            return candidate
-        frame = frame.f_back
+    for _, fetcher in _fetcher_frames(depth):
+        return fetcher
     return None
 
 
@@ -55,22 +45,30 @@ def requested_batch_size(depth: int = 6) -> int | None:
     A fetcher asks for one batch's indices at a time (``fetch(possibly_batched_index)``), and its
     batches are always full until the data ends, so the first request gives the batch size.
     """
+    for frame, fetcher in _fetcher_frames(depth):
+        if frame.f_code.co_name == "fetch":
+            index = frame.f_locals.get("possibly_batched_index")
+            if not fetcher.auto_collation or not isinstance(index, Sized):
+                return None
+            return len(index) or None
+    return None
+
+
+def _fetcher_frames(depth: int) -> Iterator[tuple[FrameType, Any]]:
+    """The frames, among ``depth`` above the caller's caller, of a method of an iterable-dataset
+    fetcher, with the fetcher."""
     try:
         from torch.utils.data._utils.fetch import _IterableDatasetFetcher
     except ImportError:
-        return None
-    frame: FrameType | None = sys._getframe(1)
+        return
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(depth):
         if frame is None:
-            return None
+            return
         candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _IterableDatasetFetcher) and frame.f_code.co_name == "fetch":
-            index = frame.f_locals.get("possibly_batched_index")
-            if not candidate.auto_collation or not isinstance(index, Sized):
-                return None
-            return len(index) or None
+        if isinstance(candidate, _IterableDatasetFetcher):
+            yield frame, candidate
         frame = frame.f_back
-    return None
 
 
 def convert(data: Any) -> Any:
