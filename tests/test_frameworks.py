@@ -137,6 +137,7 @@ def test_epochs_advance_without_set_epoch_and_set_epoch_wins(data: Path) -> None
 def test_a_loaded_state_continues_its_epoch_then_counts_on(data: Path) -> None:
     dataset = tt.TFRecordDataset(f"{data}/*.tfrecord", spec=SPEC, batch_size=BATCH, seed=3)
     passes = [[i for b in dataset for i in b["_record_id"].tolist()] for _ in range(3)]
+    assert len({tuple(order) for order in passes}) == 3
     stopped = tt.TFRecordDataset(f"{data}/*.tfrecord", spec=SPEC, batch_size=BATCH, seed=3)
     list(stopped)  # epoch 0
     iterator = iter(stopped)  # epoch 1, stopped after 3 batches
