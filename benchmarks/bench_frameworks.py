@@ -1,7 +1,7 @@
 """What reading through a training framework's loader costs against a plain DataLoader, same run.
 
 One process (the frameworks' loaders with one rank; their multi-rank behaviour is tested by
-tests/test_frameworks.py, not timed here). Data: 4 shards x 50,000 small Examples
+tests/test_frameworks.py, not timed here). Data: 4 shards x 20,000 small Examples
 {label: int64, score: float}. Every pipeline reads the same epoch of ``TFRecordDataset`` in
 batches of 256, batch mode (``DataLoader(batch_size=None)``) and sample mode
 (``DataLoader(batch_size=256, collate_fn=tt.collate)``), with 0 and 2 workers, and does nothing
@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
 
-SHARDS, PER_SHARD, BATCH = 4, 50_000, 256
+SHARDS, PER_SHARD, BATCH = 4, 20_000, 256
 SPEC = {"label": tt.FixedLen((), torch.int64), "score": tt.FixedLen((), torch.float32)}
 Wrap = Callable[[DataLoader[Any]], Any]
 

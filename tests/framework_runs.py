@@ -134,6 +134,16 @@ def run_accelerate(data: str) -> dict[str, Any]:
                 results[name] = loop(prepared[2], sgd_step(prepared[0], prepared[1], accelerator.backward))
             except ValueError as error:  # what the dataset refuses to be cut by
                 results[name] = {"error": str(error)}
+    # The dispatcher's StatefulDataLoader would save a place the dataset does not keep there.
+    config = DataLoaderConfiguration(use_stateful_dataloader=True)
+    loader = Accelerator(cpu=True, dataloader_config=config).prepare(
+        make_loader(make_dataset(data, "batch"), "batch", 0)
+    )
+    try:
+        loop(loader, lambda batch: None)
+        results["dispatch-stateful"] = {"error": "none"}
+    except ValueError as error:
+        results["dispatch-stateful"] = {"error": str(error)}
     return results
 
 

@@ -41,6 +41,12 @@ logger = logging.getLogger(__name__)
 
 _SAMPLE_CHUNK = 64  # sample mode: records a worker reads and decodes at once
 
+_DISPATCHED_STATE = (
+    "under Accelerate's DataLoaderDispatcher rank 0 reads for every rank, and the dataset keeps no "
+    "place of its own: resume with Accelerator.load_state and accelerator.skip_first_batches "
+    "(without DataLoaderConfiguration(use_stateful_dataloader=True)); see docs/guides/frameworks.md"
+)
+
 
 def _reading(run: int) -> int:
     """Units read and decoded at once: whole runs of ``run``, about ``_SAMPLE_CHUNK`` of them."""
@@ -179,7 +185,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         training frameworks that never call it. Once called, its epoch decides, until called again.
         A state loaded for another epoch is let go: the new epoch starts from its beginning.
         """
-        self._dispatch.note(calling_wrapper())
+        self._dispatch.note(calling_wrapper(), clear=True)
         self._epoch.set(epoch)
         if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
@@ -270,10 +276,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         if plan.rank != 0:
             return  # only rank 0's loader is iterated; the others would read for nothing
         if self._resume is not None and self._resume.epoch == epoch:
-            raise ValueError(
-                "a loaded place cannot be resumed under Accelerate's DataLoaderDispatcher; resume "
-                "with Accelerator.load_state (see docs/guides/frameworks.md)"
-            )
+            raise ValueError(_DISPATCHED_STATE)
         info = get_worker_info()
         run = 1 if plan.batch_size else (requested_batch_size() or 1)
         workers = WorkerSlice(info.num_workers, info.id, run) if info else WorkerSlice(1, 0, run)
@@ -350,6 +353,8 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         it), that worker's place. A StatefulDataLoader's saved state can be loaded into this
         dataset too, to resume with another number of workers.
         """
+        if self._dispatch.get() and self.plan.world_size > 1:
+            raise ValueError(_DISPATCHED_STATE)
         in_worker = get_worker_info() is not None
         live = self._live
         epoch = live.epoch if in_worker and live is not None else self._epoch.current()

@@ -130,6 +130,8 @@ class DispatchFlag:
 
     The dispatcher's ``set_epoch`` and ``len`` call the dataset in the main process before its
     workers start; the workers, which cannot see the dispatcher among their callers, read it here.
+    It stays set until a ``set_epoch`` comes from elsewhere: a dataset once given to a dispatcher
+    is best not iterated by other loaders without one.
     """
 
     def __init__(self) -> None:
@@ -138,9 +140,13 @@ class DispatchFlag:
     def get(self) -> bool:
         return bool(self.value[0])
 
-    def note(self, wrapper: Wrapper | None) -> None:
+    def note(self, wrapper: Wrapper | None, *, clear: bool = False) -> None:
+        """Sets the flag when ``wrapper`` is a dispatcher; with ``clear``, clears it otherwise (a
+        ``set_epoch`` from anything but a dispatcher: the dataset is no longer served by one)."""
         if wrapper is not None and wrapper.kind == "dispatcher":
             self.value[0] = 1
+        elif clear:
+            self.value[0] = 0
 
 
 def warn_unknown_versions() -> None:
