@@ -22,7 +22,7 @@ from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
 from .epochs import EpochCounter
-from .frameworks import DispatchFlag, calling_wrapper, warn_unknown_versions
+from .frameworks import DISPATCHED_STATE, DispatchFlag, calling_wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .loader import calling_fetcher, requested_batch_size, use_fast_convert
 from .order import EpochPlan, Shuffle, WorkerSlice, block_size
@@ -40,12 +40,6 @@ __all__ = ["TFRecordDataset"]
 logger = logging.getLogger(__name__)
 
 _SAMPLE_CHUNK = 64  # sample mode: records a worker reads and decodes at once
-
-_DISPATCHED_STATE = (
-    "under Accelerate's DataLoaderDispatcher rank 0 reads for every rank, and the dataset keeps no "
-    "place of its own: resume with Accelerator.load_state and accelerator.skip_first_batches "
-    "(without DataLoaderConfiguration(use_stateful_dataloader=True)); see docs/guides/frameworks.md"
-)
 
 
 def _reading(run: int) -> int:
@@ -185,7 +179,10 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         training frameworks that never call it. Once called, its epoch decides, until called again.
         A state loaded for another epoch is let go: the new epoch starts from its beginning.
         """
-        self._dispatch.note(calling_wrapper(), clear=True)
+        wrapper = calling_wrapper()
+        self._dispatch.note(wrapper, clear=True)
+        if wrapper is not None:
+            wrapper.check(self.plan.world_size, self.plan.rank, self.plan.batch_size is not None)
         self._epoch.set(epoch)
         if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
@@ -276,7 +273,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         if plan.rank != 0:
             return  # only rank 0's loader is iterated; the others would read for nothing
         if self._resume is not None and self._resume.epoch == epoch:
-            raise ValueError(_DISPATCHED_STATE)
+            raise ValueError(DISPATCHED_STATE)
         info = get_worker_info()
         run = 1 if plan.batch_size else (requested_batch_size() or 1)
         workers = WorkerSlice(info.num_workers, info.id, run) if info else WorkerSlice(1, 0, run)
@@ -354,7 +351,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         dataset too, to resume with another number of workers.
         """
         if self._dispatch.get() and self.plan.world_size > 1:
-            raise ValueError(_DISPATCHED_STATE)
+            raise ValueError(DISPATCHED_STATE)
         in_worker = get_worker_info() is not None
         live = self._live
         epoch = live.epoch if in_worker and live is not None else self._epoch.current()

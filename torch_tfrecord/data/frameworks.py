@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 import torch
 
-__all__ = ["DispatchFlag", "Wrapper", "calling_wrapper", "warn_unknown_versions"]
+__all__ = ["DISPATCHED_STATE", "DispatchFlag", "Wrapper", "calling_wrapper", "warn_unknown_versions"]
 
 KNOWN_MAJORS: dict[str, tuple[str, tuple[int, ...]]] = {
     # module: (distribution, major versions whose data loader wrappers were read)
@@ -37,6 +37,11 @@ KNOWN_MAJORS: dict[str, tuple[str, tuple[int, ...]]] = {
     "torchdata": ("torchdata", (0,)),
 }
 _warned: set[str] = set()
+DISPATCHED_STATE = (
+    "under Accelerate's DataLoaderDispatcher rank 0 reads for every rank, and the dataset keeps no "
+    "place of its own: resume with Accelerator.load_state and accelerator.skip_first_batches "
+    "(without DataLoaderConfiguration(use_stateful_dataloader=True)); see docs/guides/frameworks.md"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Wrapper:
         num_processes, process_index: the world the wrapper splits for.
         run: samples the wrapper keeps for this rank at once (``"shard"``), else 1.
         split_batches: the wrapper splits one batch over the ranks instead of batches.
+        stateful: the wrapper's loader is torchdata's StatefulDataLoader.
     """
 
     kind: Literal["dispatcher", "shard"]
@@ -56,13 +62,15 @@ class Wrapper:
     process_index: int
     run: int = 1
     split_batches: bool = False
+    stateful: bool = False
 
     def check(self, world_size: int, rank: int, batch_mode: bool) -> None:
         """Raises where the wrapper cannot give each rank exactly its share.
 
         Raises:
-            ValueError: the wrapper splits for another world, splits batches, or (``"shard"``)
-                wraps a dataset that makes its own batches.
+            ValueError: the wrapper splits for another world, splits batches, (``"shard"``)
+                wraps a dataset that makes its own batches, or (``"dispatcher"``) would save
+                a place of the dataset's, which it does not keep there.
         """
         name = "DataLoaderDispatcher" if self.kind == "dispatcher" else "IterableDatasetShard"
         if (self.num_processes, self.process_index) != (world_size, rank):
@@ -77,6 +85,8 @@ class Wrapper:
                 "ranks; the dataset already gives each rank its own: use split_batches=False "
                 "(DataLoaderConfiguration(split_batches=False))"
             )
+        if self.kind == "dispatcher" and self.stateful and world_size > 1:
+            raise ValueError(DISPATCHED_STATE)
         if self.kind == "shard" and batch_mode:
             raise ValueError(
                 "Accelerate's IterableDatasetShard (dispatch_batches=False) cannot wrap a dataset that "
@@ -105,21 +115,28 @@ def wrapper_of(candidate: Any) -> Wrapper | None:
     cls = type(candidate)  # not .__class__: Accelerate's loaders claim to be DataLoaders there
     if not cls.__module__.startswith("accelerate."):
         return None
+    # getattr with defaults: a wrapper still being built (Accelerate asks its loader for a state
+    # before it sets its own attributes) has none of them yet, and is not iterating.
     if cls.__name__ == "DataLoaderDispatcher":
-        state = candidate.state
+        state = getattr(candidate, "state", None)
+        if state is None:
+            return None
         return Wrapper(
             "dispatcher",
             int(state.num_processes),
             int(state.process_index),
-            split_batches=bool(candidate.split_batches),
+            split_batches=bool(getattr(candidate, "split_batches", False)),
+            stateful=bool(getattr(candidate, "use_stateful_dataloader", False)),
         )
     if cls.__name__ == "IterableDatasetShard":
-        run = int(candidate.batch_size or 1)
+        num_processes = getattr(candidate, "num_processes", None)
+        if num_processes is None:
+            return None
         return Wrapper(
             "shard",
-            int(candidate.num_processes),
+            int(num_processes),
             int(candidate.process_index),
-            run=run,
+            run=int(candidate.batch_size or 1),
             split_batches=bool(candidate.split_batches),
         )
     return None
