@@ -628,9 +628,11 @@ def test_workers_warn_about_a_repeated_epoch(
 ) -> None:
     """A spawned worker prints its warnings to the inherited stderr (a forked one here would
     record them in the copy of pytest's warning catcher); the flag shared by the workers and
-    the main process lets only one warn."""
+    the main process lets only one warn. (Without any set_epoch each pass is the next epoch:
+    only an epoch set once and gone through again repeats its order.)"""
     paths = id_shards([20])
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5)
+    ds.set_epoch(0)
     loader = DataLoader(
         ds, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context="spawn"
     )
