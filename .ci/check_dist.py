@@ -33,6 +33,10 @@ WHEEL_FILES = [
     "torch_tfrecord/proto/example_pb2.py",
     "torch_tfrecord/proto/example_pb2.pyi",
     "torch_tfrecord/convert/__init__.py",
+    # the viewer's page: `torch-tfrecord view` serves these from the package, never from elsewhere
+    "torch_tfrecord/viewer/static/index.html",
+    "torch_tfrecord/viewer/static/viewer.js",
+    "torch_tfrecord/viewer/static/viewer.css",
     "index_tools/__init__.py",
     "index_tools/cli.py",
     "torch_tfrecord-*.dist-info/licenses/LICENSE",
@@ -46,6 +50,7 @@ SDIST_FILES = [
     "torch_tfrecord/support/_native.c",
     "torch_tfrecord/py.typed",
     "torch_tfrecord/proto/feature.proto",
+    "torch_tfrecord/viewer/static/viewer.js",
     "index_tools/build.py",
 ]
 NOWHERE = ["tests/*", "build/*", "*__pycache__*", "*.pyc"]  # setuptools adds *.egg-info/ to any sdist

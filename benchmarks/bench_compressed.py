@@ -21,6 +21,11 @@ points 1 MiB apart, then 200 reads of 4 KiB at random places through them.
 
     python benchmarks/bench_compressed.py --tf-python /tmp/tfvenv/bin/python [--rounds 5]
     python benchmarks/bench_compressed.py --inflate-only   # the last two tables, no TensorFlow
+    python benchmarks/bench_compressed.py --plain-install  # with rapidgzip and without it
+
+``--plain-install`` reads the same files with rapidgzip's seek points and with rapidgzip hidden
+(a plain install: Python's zlib, checkpoints kept in memory), interleaved: records per second for
+each shuffle, and 200 random records (``IndexedTFRecordDataset``) on a fresh dataset.
 """
 
 from __future__ import annotations
@@ -113,6 +118,51 @@ def ours(paths: list[str], shuffle: Any) -> tuple[int, float, float]:
     start, cpu = time.perf_counter(), time.process_time()
     n = sum(len(batch["label"]) for batch in ds)
     return n, time.perf_counter() - start, time.process_time() - cpu
+
+
+def plain_install_table(paths: list[str], rounds: int) -> None:
+    """Records per second with rapidgzip and with it hidden, same files, interleaved rounds."""
+    hidden = {"rapidgzip": None}
+    shuffles: list[Any] = [False, "shards", "block:1024", "block:8192"]
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for library in ("rapidgzip", "zlib"):
+            for shuffle in shuffles:
+                with _modules(hidden if library == "zlib" else {}):
+                    n, seconds, _ = ours(paths, shuffle)
+                times.setdefault((library, str(shuffle)), []).append(n / seconds)
+            with _modules(hidden if library == "zlib" else {}):
+                indexed = tt.IndexedTFRecordDataset(paths, spec=SPEC)
+                picks = np.random.default_rng(0).permutation(len(indexed))[:200].tolist()
+                start = time.perf_counter()
+                indexed.__getitems__(picks)
+                times.setdefault((library, "200 random"), []).append(200 / (time.perf_counter() - start))
+    print("| shuffle | rapidgzip (records/s) | zlib only (records/s) | zlib / rapidgzip |")
+    print("|---|---|---|---|")
+    for shuffle in [*map(str, shuffles), "200 random"]:
+        fast = statistics.median(times[("rapidgzip", shuffle)])
+        plain = statistics.median(times[("zlib", shuffle)])
+        print(f"| {shuffle} | {fast:,.0f} | {plain:,.0f} | {plain / fast:.2f} |")
+
+
+class _modules:
+    """Entries of sys.modules replaced for a while (None hides a module)."""
+
+    def __init__(self, entries: dict[str, Any]) -> None:
+        self.entries = entries
+        self.saved: dict[str, Any] = {}
+
+    def __enter__(self) -> None:
+        for name, module in self.entries.items():
+            self.saved[name] = sys.modules.get(name)
+            sys.modules[name] = module
+
+    def __exit__(self, *exc: object) -> None:
+        for name, module in self.saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
 
 
 def tensorflow(tf_python: str, paths: list[str]) -> tuple[int, float, float]:
@@ -242,6 +292,7 @@ def main() -> None:
     parser.add_argument("--dir")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--inflate-only", action="store_true", help="only the inflate and seek-point tables")
+    parser.add_argument("--plain-install", action="store_true", help="rapidgzip against zlib alone")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-gz-")
     os.makedirs(directory, exist_ok=True)
@@ -249,6 +300,9 @@ def main() -> None:
     paths = make_shards(directory)
     if args.inflate_only:
         print_inflate_tables(paths)
+        return
+    if args.plain_install:
+        plain_install_table(paths, args.rounds)
         return
     compressed = sum(os.path.getsize(p) for p in paths)
     index_bytes = sum(os.path.getsize(p + ".cidx") for p in paths)

@@ -123,7 +123,8 @@ def index_status(
         return IndexCheck("unreadable", str(error))
     if isinstance(found, CompressedIndex):
         records = len(found.table)
-        detail = f"{records} records ({found.compression.upper()}: positions and seek points)"
+        points = "positions and seek points" if found.seek_points else "positions, no seek points"
+        detail = f"{records} records ({found.compression.upper()}: {points})"
         if found.damaged:
             detail += ", the damaged rest of the file left out"
         return IndexCheck("fresh", detail, records, damaged=found.damaged)

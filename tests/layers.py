@@ -24,7 +24,8 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (3, "vision", ("torch_tfrecord.vision",)),
     (3, "converters", ("torch_tfrecord.convert",)),
     (4, "integrations", ("torch_tfrecord.integrations",)),
-    (5, "command line", ("torch_tfrecord.cli", "index_tools")),
+    (5, "viewer", ("torch_tfrecord.viewer",)),
+    (6, "command line", ("torch_tfrecord.cli", "index_tools")),
 ]
 # The package's face: ``tt.*`` and the module paths kept for imports written before the layers.
 FACE = (
@@ -38,7 +39,7 @@ FACE = (
     "torch_tfrecord.tfds",
     "torch_tfrecord.writer",
 )
-TOP = 6
+TOP = 7
 
 
 def group_of(module: str) -> tuple[int, str] | None:

@@ -1,12 +1,15 @@
 """GZIP / ZLIB shards in the datasets: the compressed index, seek points, reads, damage.
 
 Golden shards written by TensorFlow live in tests/data/compressed (tests/data/make_compressed_golden.py);
-larger ones, to have many seek points, are written here with Python's gzip / zlib modules.
+larger ones, to have many seek points, are written here with Python's gzip / zlib modules. The
+``inflater`` fixture runs a test twice: with rapidgzip (the ``compressed`` extra: seek points in
+the index) and with it hidden, as a plain install reads (Python's zlib, checkpoints in memory).
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import logging
 import shutil
@@ -33,8 +36,6 @@ from torch_tfrecord.records.compressed.inflate import SEGMENT
 from torch_tfrecord.records.compressed.shard import CompressedShard
 from torch_tfrecord.records.framing import encode_record
 
-pytest.importorskip("rapidgzip")
-
 GOLDEN = Path(__file__).parent / "data" / "compressed"
 EXPECTED: dict[str, Any] = json.loads((GOLDEN / "expected.json").read_text())
 SPEC = {
@@ -44,6 +45,20 @@ SPEC = {
 }
 ID_SPEC = {"id": tt.FixedLen((), torch.int64)}
 NAMES = sorted(EXPECTED)  # record ids count through the shards in this order
+
+
+@pytest.fixture(params=["rapidgzip", "zlib"])
+def inflater(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Reads with rapidgzip, or with it hidden (a plain install: Python's zlib only)."""
+    if request.param == "rapidgzip":
+        pytest.importorskip("rapidgzip")
+    else:
+        monkeypatch.setitem(sys.modules, "rapidgzip", None)
+    return str(request.param)
+
+
+def _needs_rapidgzip() -> None:
+    pytest.importorskip("rapidgzip")
 
 
 @pytest.fixture
@@ -77,7 +92,9 @@ def _samples(batches: list[dict[str, Any]]) -> dict[int, tuple[str, list[float],
 
 
 @pytest.mark.parametrize("shuffle", [False, "shards", "block:7", "global"])
-def test_tensorflow_written_shards_read_as_tensorflow_parses_them(golden_dir: Path, shuffle: Any) -> None:
+def test_tensorflow_written_shards_read_as_tensorflow_parses_them(
+    golden_dir: Path, shuffle: Any, inflater: str
+) -> None:
     ds = tt.TFRecordDataset(golden_dir, spec=SPEC, batch_size=8, shuffle=shuffle, drop_last=False, seed=3)
     assert ds.files.shard_sizes == tuple(len(EXPECTED[name]["id"]) for name in NAMES)
     assert sorted(ds.files.compressed) == [1, 2, 3]  # plain, GZIP, ZLIB (no suffix), GZIP
@@ -100,9 +117,10 @@ def test_no_index_scans_once_and_logs(golden_dir: Path, caplog: pytest.LogCaptur
     )
 
 
-def test_index_file_round_trip_and_is_not_a_plain_index(golden_dir: Path) -> None:
+def test_index_file_round_trip_and_is_not_a_plain_index(golden_dir: Path, inflater: str) -> None:
     path = golden_dir / "c-zlib.tfrecord"
     index = tt.build_compressed_index(path)
+    assert bool(index.seek_points) == (inflater == "rapidgzip")
     assert (
         index.compression == "zlib"
         and len(index.table) == 29
@@ -235,6 +253,7 @@ def test_read_into_keeps_neighbours_in_the_stream_apart_when_the_batch_puts_a_ra
 def test_seek_points_reach_a_record_without_inflating_from_the_start(
     tmp_path: Path, compression: str
 ) -> None:
+    _needs_rapidgzip()
     path = tmp_path / f"big.tfrecord.{'gz' if compression == 'gzip' else 'zz'}"
     payloads = _big_shard(path, 3000, compression)
     index = tt.build_compressed_index(path, spacing=64 << 10)
@@ -356,6 +375,7 @@ def test_an_index_of_a_cut_shard_says_so_and_only_skipping_readers_take_it(
 
 
 def test_corrupt_deflate_block_names_file_and_record_or_is_skipped(tmp_path: Path) -> None:
+    _needs_rapidgzip()  # the records after the damage are reached through a seek point
     path = tmp_path / "bad.tfrecord.gz"
     _big_shard(path, 3000, "gzip")
     index = tt.build_compressed_index(path, spacing=64 << 10)
@@ -375,12 +395,78 @@ def test_corrupt_deflate_block_names_file_and_record_or_is_skipped(tmp_path: Pat
     assert skipping._decoder.skipped == padding
 
 
-def test_without_rapidgzip_the_error_names_the_extra(
-    golden_dir: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("compression", ["gzip", "zlib"])
+def test_without_rapidgzip_checkpoints_reach_a_record_without_inflating_from_the_start(
+    tmp_path: Path, compression: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / f"big.tfrecord.{'gz' if compression == 'gzip' else 'zz'}"
+    payloads = _big_shard(path, 3000, compression)
+    with_seek_points = None
+    if "rapidgzip" in sys.modules or importlib.util.find_spec("rapidgzip") is not None:
+        with_seek_points = tt.build_compressed_index(path, spacing=64 << 10)
+    monkeypatch.setitem(sys.modules, "rapidgzip", None)
+    index = tt.build_compressed_index(path)
+    assert index.seek_points == b"" and index.uncompressed_size > 3 * SEGMENT
+    if with_seek_points is not None:  # the same records whichever library inflated them
+        assert np.array_equal(index.table, with_seek_points.table)
+    shard = CompressedShard(str(path), index)
+    stream = (gzip.decompress if compression == "gzip" else zlib.decompress)(path.read_bytes())
+    for record in (len(payloads) - 1, 0, len(payloads) - 1, 1500):
+        offset, framed = (int(v) for v in index.table[record])
+        (got,) = shard.read_ranges([offset], [framed])
+        assert got[12:-4] == payloads[record]
+    # The far end once from byte 0; then each read starts at the checkpoint (every 4 MiB) before it.
+    assert shard._file.inflated < 2 * len(stream) + 3 * SEGMENT
+    shard.close()
+    # An index with seek points (built with rapidgzip) is read with zlib too.
+    if with_seek_points is not None:
+        shard = CompressedShard(str(path), with_seek_points)
+        offset, framed = (int(v) for v in index.table[-1])
+        assert shard.read_ranges([offset], [framed])[0][12:-4] == payloads[-1]
+        shard.close()
+    # The datasets, under every shuffle.
+    for shuffle in (False, "shards", "block:300", "global"):
+        ds = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=100, shuffle=shuffle, drop_last=False)
+        ids = [i for batch in ds for i in batch["id"].tolist()]
+        assert sorted(ids) == list(range(3000))
+        inflated = sum(s._file.inflated for s in ds.files._inflaters.values() if s._file is not None)
+        if shuffle in (False, "shards"):
+            assert inflated == len(stream)  # in order: once, front to back
+    indexed = tt.IndexedTFRecordDataset(path, spec=ID_SPEC)
+    order = np.random.default_rng(0).permutation(3000)[:50].tolist()
+    assert [int(s["id"]) for s in indexed.__getitems__(order)] == order
+
+
+def test_without_rapidgzip_damage_is_named_or_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "rapidgzip", None)
-    with pytest.raises(ImportError, match="'compressed' extra"):
-        tt.TFRecordDataset(golden_dir / "b-gzip.tfrecord.gz")
+    path = tmp_path / "bad.tfrecord.gz"
+    _big_shard(path, 3000, "gzip")
+    tt.save_compressed_index(tt.build_compressed_index(path), default_compressed_index_path(path))
+    _damage(path, 0.5, 64)  # same size and trailer: the index still fits the file
+    with pytest.raises(tt.TFRecordError, match=r"bad\.tfrecord\.gz.*record \d+"):
+        list(tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=500, shuffle=False))
+    # zlib cannot go past the damage: every record from its segment on is skipped, and counted.
+    skipping = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=1500, shuffle=False, on_error="skip")
+    batches = list(skipping)
+    real = [i for b in batches for i, p in zip(b["id"].tolist(), b["_padding"].tolist()) if not p]
+    assert real == list(range(len(real))) and 1000 < len(real) < 2000
+    assert skipping._decoder.skipped == 3000 - len(real)
+
+
+def test_without_rapidgzip_tfrecord_index_builds_compressed_indexes(
+    golden_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from index_tools.cli import main
+
+    monkeypatch.setitem(sys.modules, "rapidgzip", None)
+    assert main(["build", str(golden_dir), "--jobs", "1"]) == 0
+    for name in ("b-gzip.tfrecord.gz", "c-zlib.tfrecord", "d-gzip.tfrecord.gz"):
+        index = tt.load_compressed_index(default_compressed_index_path(golden_dir / name))
+        assert len(index.table) == len(EXPECTED[name]["id"]) and index.seek_points == b""
+    assert main(["check", str(golden_dir)]) == 0
+    assert "(GZIP: positions, no seek points)" in capsys.readouterr().out
 
 
 def test_index_header_is_versioned(golden_dir: Path) -> None:

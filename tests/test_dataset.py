@@ -628,9 +628,11 @@ def test_workers_warn_about_a_repeated_epoch(
 ) -> None:
     """A spawned worker prints its warnings to the inherited stderr (a forked one here would
     record them in the copy of pytest's warning catcher); the flag shared by the workers and
-    the main process lets only one warn."""
+    the main process lets only one warn. (Without any set_epoch each pass is the next epoch:
+    only an epoch set once and gone through again repeats its order.)"""
     paths = id_shards([20])
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=5)
+    ds.set_epoch(0)
     loader = DataLoader(
         ds, batch_size=None, num_workers=2, persistent_workers=True, multiprocessing_context="spawn"
     )
@@ -639,3 +641,24 @@ def test_workers_warn_about_a_repeated_epoch(
     _ids(loader)
     _ids(loader)
     assert capfd.readouterr().err.count("call dataset.set_epoch(epoch) before each epoch") == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_dropping_padding_works_on_every_column(tmp_path: Path, workers: int) -> None:
+    path = tmp_path / "mixed.tfrecord"
+    with tt.ExampleWriter(path) as writer:
+        for i in range(5):
+            writer.write({"id": i, "x": [float(i)] * (i % 3), "name": f"n{i}".encode(), "tags": [b"t"] * i})
+    spec = {"id": tt.FixedLen((), torch.int64), "x": "float", "name": tt.FixedLen((), bytes), "tags": "bytes"}
+    ds = tt.TFRecordDataset(path, spec=spec, batch_size=4, drop_last=False, shuffle=False)
+    batches = list(DataLoader(ds, batch_size=None, num_workers=workers))
+    last = batches[-1]
+    keep = ~last["_padding"]
+    assert last["_padding"].tolist() == [False, True, True, True]
+    assert last["id"][keep].tolist() == [4]
+    assert last["x"][keep].tolist() == [[4.0]]  # a Ragged column
+    assert last["name"][keep] == [b"n4"]  # a list of bytes
+    assert last["tags"][keep] == [[b"t"] * 4]  # a list of lists of bytes
+    assert last["name"][torch.nonzero(keep).reshape(-1)] == [b"n4"]
+    kept = [name for batch in batches for name in batch["name"][~batch["_padding"]]]
+    assert kept == [f"n{i}".encode() for i in range(5)]

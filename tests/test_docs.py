@@ -180,6 +180,7 @@ def test_site_builds_strict(site: Path) -> None:
     assert ":class:" not in api and ":func:" not in api  # Sphinx roles are rewritten
     cli = (site / "reference" / "torch-tfrecord" / "index.html").read_text()
     assert "torch-tfrecord convert image-folder" in cli and "--on-error" in cli
+    assert "torch-tfrecord convert from-parquet" in cli and "--rows-per-file" in cli
     index_cli = (site / "reference" / "tfrecord-index" / "index.html").read_text()
     assert "--verify-crc" in index_cli
     assert "partition.svg" in (site / "concepts" / "index.html").read_text()

@@ -169,3 +169,12 @@ def test_save_is_atomic(tmp_path: Path) -> None:
     save_index([[0, 16]], index_path)
     assert index_path.read_bytes() == b"0 16\n"
     assert [p.name for p in tmp_path.iterdir()] == ["a.idx"]
+
+
+def test_build_index_reports_its_progress(write_raw: Callable[..., Path]) -> None:
+    # records larger than a read chunk: the walk reads header after header, and says how far it got
+    path = write_raw([bytes([n]) * (700 << 10) for n in range(6)])
+    seen: list[int] = []
+    table = build_index(str(path), progress=seen.append)
+    assert len(table) == 6 and seen == sorted(seen) and len(seen) >= 3
+    assert seen[0] == 0 and 0 < seen[-1] < path.stat().st_size

@@ -101,7 +101,9 @@ def test_a_loader_without_batch_size_converts_batches_with_the_fast_convert(
         if not padding
     ]
     assert records == [bytes([i]) * (i + 1) for i in range(50)]
-    assert all(type(batch["data"]) is list for batch in batches)
+    # A list of bytes, that also drops padding as a tensor does: batch["data"][~batch["_padding"]].
+    assert all(type(batch["data"]) is tt.RowList for batch in batches)
+    assert [v for batch in batches for v in batch["data"][~batch["_padding"]]] == records
     if workers == 0:
         fetcher = loader._get_iterator()._dataset_fetcher  # type: ignore[attr-defined]
         assert fetcher.collate_fn is convert

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -73,3 +74,28 @@ def test_repr_shows_the_shape_and_the_first_values_with_ellipses() -> None:
     # Four rows shown, each inner list cut after six values, then an ellipsis for the rows left out.
     assert text.endswith("[0.5, 0.5, 0.5, 0.5, 0.5, 0.5, ...]], ...])") and len(text) < 600
     assert repr(Ragged.from_rows([])) == "Ragged(rows=0, lengths=[], dtype=torch.float32, values=[])"
+
+
+def test_a_mask_or_indices_select_rows(ragged: Ragged) -> None:
+    mask = torch.tensor([True, False, True])
+    assert ragged[mask].tolist() == [[1, 2], [3, 4, 5, 6]]
+    assert ragged[~mask].tolist() == [[]] and ragged[~mask].values.dtype == ragged.values.dtype
+    assert ragged[torch.tensor([2, 0, -1])].tolist() == [[3, 4, 5, 6], [1, 2], [3, 4, 5, 6]]
+    assert ragged[[1, 0]].tolist() == [[], [1, 2]]
+    assert ragged[np.array([False, False, True])].tolist() == [[3, 4, 5, 6]]
+    assert ragged[torch.zeros(3, dtype=torch.bool)].tolist() == [] and ragged[[]].offsets.tolist() == [0]
+    assert ragged[torch.tensor(2)].tolist() == [3, 4, 5, 6] and ragged[np.int64(0)].tolist() == [1, 2]
+    with pytest.raises(IndexError, match=r"mask of shape \(2,\) selects from 3 rows"):
+        ragged[torch.tensor([True, False])]
+    with pytest.raises(IndexError, match="row 3 out of range for 3 rows"):
+        ragged[torch.tensor([0, 3])]
+    with pytest.raises(TypeError, match="boolean mask or integer indices"):
+        ragged[torch.tensor([0.0])]
+
+
+def test_selected_rows_keep_their_inner_dimensions() -> None:
+    rows = [torch.arange(n * 2, dtype=torch.float32).reshape(n, 2) + n for n in (3, 0, 1, 2)]
+    ragged = Ragged.from_rows(rows)
+    picked = ragged[torch.tensor([3, 0])]
+    assert picked == Ragged.from_rows([rows[3], rows[0]])
+    assert picked.values.shape == (5, 2)

@@ -32,7 +32,9 @@ exec(compile("\\n" * (int(sys.argv[2]) - 1) + source, "README.md", "exec"), {"__
 
 
 def _pip(python: Path, *args: str) -> None:
-    subprocess.run([str(python), "-m", "pip", "install", "-q", *args], check=True, timeout=TIMEOUT_S)
+    # Without PYTHONPATH: pip would take a checkout on it for the package installed, and skip the wheel.
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    subprocess.run([str(python), "-m", "pip", "install", "-q", *args], check=True, timeout=TIMEOUT_S, env=env)
 
 
 @pytest.fixture(scope="module")

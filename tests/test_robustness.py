@@ -11,6 +11,7 @@ import gzip
 import io
 import re
 import struct
+import sys
 import tracemalloc
 import zlib
 from pathlib import Path
@@ -187,6 +188,36 @@ def test_truncated_gzip_stream(tmp_path: Path) -> None:
         list(tt.read_records(path))
     assert kept == GOOD[: len(kept)] and stats.files_skipped == 1  # every record before the cut
     assert not stats.damaged  # a damaged compressed stream cannot be read past the damage
+
+
+def test_compressed_shards_read_with_a_plain_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "rapidgzip", None)  # no `compressed` extra: Python's zlib only
+    gz, zz = tmp_path / "a.tfrecord.gz", tmp_path / "b.tfrecord.zz"
+    gz.write_bytes(gzip.compress(_framed(GOOD)))
+    zz.write_bytes(zlib.compress(_framed(GOOD)))
+    for path in (gz, zz):
+        tt.save_compressed_index(tt.build_compressed_index(path), f"{path}.cidx")
+        ds = tt.TFRecordDataset(path, spec="raw", batch_size=len(GOOD), shuffle="block:3", seed=1)
+        assert sorted(next(iter(ds))["record"]) == sorted(GOOD)
+        indexed = tt.IndexedTFRecordDataset(path, spec="raw")
+        assert [indexed[i]["record"] for i in (7, 0, 3)] == [GOOD[7], GOOD[0], GOOD[3]]
+
+
+def test_a_tfds_connector_not_read_is_named(tmp_path: Path) -> None:
+    from torch_tfrecord.integrations.tfds import UnsupportedFeatureError
+
+    version = tmp_path / "made_up" / "1.0.0"
+    version.mkdir(parents=True)
+    (version / "dataset_info.json").write_text(
+        '{"name": "made_up", "version": "1.0.0", "fileFormat": "tfrecord", '
+        '"splits": [{"name": "train", "shardLengths": ["0"]}]}'
+    )
+    (version / "features.json").write_text(
+        '{"pythonClassName": "tensorflow_datasets.core.features.features_dict.FeaturesDict", '
+        '"featuresDict": {"features": {"sound": {"pythonClassName": "my.Waveform", "waveform": {}}}}}'
+    )
+    with pytest.raises(UnsupportedFeatureError, match=r"feature 'sound': the connector Waveform"):
+        tt.from_tfds(version, "train")
 
 
 def test_gzip_bomb_reads_in_bounded_memory(tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ _EXPORTS: dict[str, str] = {
     "ReadStats": "records.reader",
     "RecordWriter": "records.writer",
     "RemoteIOError": "errors",
+    "RowList": "codec.selection",
     "ShardedWriter": "codec.writer",
     "SourceNotFoundError": "errors",
     "SpecError": "errors",
@@ -65,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "encode_example": "codec.encode",
     "encode_record": "records.framing",
     "encode_sequence_example": "codec.encode",
+    "from_parquet": "convert.parquet",
     "from_tfds": "integrations.tfds.load",
     "infer_spec": "codec.schema",
     "load_compressed_index": "records.compressed.index",
@@ -76,6 +78,9 @@ _EXPORTS: dict[str, str] = {
     "save_index": "records.index",
     "segmentation_spec": "vision.targets",
     "split_batch": "codec.rows",
+    "to_hf": "integrations.hf",
+    "to_parquet": "convert.parquet",
+    "write_dataset": "convert.dataset",
 }
 
 __all__ = [
@@ -106,6 +111,7 @@ __all__ = [
     "ReadStats",
     "RecordWriter",
     "RemoteIOError",
+    "RowList",
     "ShardedWriter",
     "SourceNotFoundError",
     "SpecError",
@@ -128,6 +134,7 @@ __all__ = [
     "encode_example",
     "encode_record",
     "encode_sequence_example",
+    "from_parquet",
     "from_tfds",
     "infer_spec",
     "load_compressed_index",
@@ -139,6 +146,9 @@ __all__ = [
     "save_index",
     "segmentation_spec",
     "split_batch",
+    "to_hf",
+    "to_parquet",
+    "write_dataset",
 ]
 
 if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __getattr__
@@ -147,8 +157,11 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
     from .codec.ragged import Ragged
     from .codec.rows import split_batch
     from .codec.schema import infer_spec
+    from .codec.selection import RowList
     from .codec.spec import FixedLen, FixedLenSequence, Image, RawTensor, VarLen
     from .codec.writer import ExampleWriter, ShardedWriter
+    from .convert.dataset import write_dataset
+    from .convert.parquet import from_parquet, to_parquet
     from .data.collate import collate
     from .data.dataset import TFRecordDataset
     from .data.indexed import IndexedTFRecordDataset
@@ -171,6 +184,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see; at run time each name comes from __
         TFRecordError,
         TruncatedRecordError,
     )
+    from .integrations.hf import to_hf
     from .integrations.tfds.load import from_tfds
     from .records.compressed.index import CompressedIndex, load_compressed_index, save_compressed_index
     from .records.compressed.inflate import build_compressed_index

@@ -1,4 +1,5 @@
-"""``torch-tfrecord convert``: labeled data (image folders, COCO, Pascal VOC, CSV) to TFRecord."""
+"""``torch-tfrecord convert``: labeled data (image folders, COCO, Pascal VOC, CSV) to TFRecord, and
+TFRecord to Parquet and back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from typing import Any
 
 from ..support.text import plural
-from .options import add_command
+from .options import add_command, add_storage_options, storage_options
 
 __all__ = ["add_convert_command", "is_conversion_error"]
 
@@ -19,8 +20,10 @@ def add_convert_command(commands: Any) -> list[argparse.ArgumentParser]:
     convert = add_command(
         commands,
         "convert",
-        "convert labeled data (image folder, COCO, Pascal VOC, CSV) to sharded, indexed TFRecord",
-        "torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1",
+        "convert labeled data (image folder, COCO, Pascal VOC, CSV, Parquet) to sharded, indexed TFRecord, "
+        "or TFRecord to Parquet",
+        "torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1\n"
+        "torch-tfrecord convert parquet 'data/train-*.tfrecord' --out train.parquet",
     )
     formats = convert.add_subparsers(dest="format", required=True)
     folder = add_command(
@@ -83,13 +86,65 @@ def add_convert_command(commands: Any) -> list[argparse.ArgumentParser]:
     for command in (folder, coco, voc, segmentation, table):
         add_write_options(command, images=command is not table)
         command.set_defaults(run=cmd_convert)
-    return [convert, folder, coco, voc, segmentation, table]
+    return [convert, folder, coco, voc, segmentation, table, *_add_parquet_commands(formats)]
+
+
+def _add_parquet_commands(formats: Any) -> list[argparse.ArgumentParser]:
+    to_parquet = add_command(
+        formats,
+        "parquet",
+        "TFRecord files to Parquet (one row per record), for DuckDB, pandas, Polars or the Hugging Face Hub",
+        "torch-tfrecord convert parquet 'data/train-*.tfrecord' --out train.parquet\n"
+        "torch-tfrecord convert parquet data/ --out parquet/ --rows-per-file 100000 --spec data/spec.json",
+    )
+    to_parquet.add_argument("sources", nargs="+", help="TFRecord files, globs or directories")
+    to_parquet.add_argument(
+        "--out",
+        required=True,
+        help="the Parquet file (with --rows-per-file: a directory of part-NNNNN.parquet)",
+    )
+    to_parquet.add_argument("--rows-per-file", type=int, help="start a new file after this many rows")
+    to_parquet.add_argument(
+        "--spec",
+        help="a spec.json (as tt.write_dataset and convert from-parquet save it; default: the spec.json "
+        "beside the sources, else the spec inferred from the records)",
+    )
+    to_parquet.add_argument(
+        "--batch-size", type=int, default=1024, help="records per row group, the memory held (default: 1024)"
+    )
+    to_parquet.add_argument(
+        "--compression",
+        default="zstd",
+        help="the Parquet codec: zstd, snappy, gzip, none ... (default: zstd)",
+    )
+    from_parquet = add_command(
+        formats,
+        "from-parquet",
+        "Parquet files to TFRecord Examples, one per row (files written by 'convert parquet' give back "
+        "the same Examples); the spec is saved as spec.json beside the shards",
+        "torch-tfrecord convert from-parquet train.parquet --out shards/ --shard-size 10000",
+    )
+    from_parquet.add_argument("parquet", nargs="+", help="Parquet files, globs or directories")
+    from_parquet.add_argument("--out", required=True, help="output directory (or URL prefix)")
+    from_parquet.add_argument("--name", default="data", help="shard name prefix (default: data)")
+    from_parquet.add_argument("--shard-size", type=int, help="records per shard (default: 1024)")
+    from_parquet.add_argument(
+        "--compression", choices=("gzip", "zlib"), help="compress the shards (default: not compressed)"
+    )
+    for command in (to_parquet, from_parquet):
+        command.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+        add_storage_options(command)
+        command.set_defaults(run=cmd_parquet)
+    return [to_parquet, from_parquet]
 
 
 def is_conversion_error(error: Exception) -> bool:
+    """A failed conversion (exit status 1): input that cannot be converted, or damaged or
+    ill-fitting records met on the way."""
     from ..convert import ConversionError  # imports torch: only a conversion gets here
+    from ..errors import CorruptRecordError, FeatureError
 
-    return isinstance(error, ConversionError)
+    return isinstance(error, ConversionError | CorruptRecordError | FeatureError)
 
 
 def _split(text: str | None) -> dict[str, float] | None:
@@ -180,6 +235,57 @@ def cmd_convert(args: argparse.Namespace) -> int:
             print(f"  ... and {len(result.skipped) - 20} more")
     print(f"{plural(result.total, 'record')} written in {seconds:.2f} s")
     return 0
+
+
+def cmd_parquet(args: argparse.Namespace) -> int:
+    """``convert parquet`` and ``convert from-parquet``."""
+    from ..convert.parquet import from_parquet, to_parquet
+
+    common = {
+        "compression": args.compression,
+        "progress": not args.quiet and sys.stderr.isatty(),
+        "storage_options": storage_options(args),
+    }
+    start = time.perf_counter()
+    if args.format == "from-parquet":
+        result = from_parquet(args.parquet, args.out, shard_size=args.shard_size, name=args.name, **common)
+        paths = result.shards[""]
+        more = f" ({paths[0]}{' ...' if len(paths) > 1 else ''})" if paths else ""
+        print(f"{plural(result.total, 'record')} in {plural(len(paths), 'shard')}{more}")
+        print(f"spec: {result.spec_path}")
+        print(f"written in {time.perf_counter() - start:.2f} s")
+        return 0
+    specs: dict[str, Any] = {}
+    if args.spec:
+        from ..codec.spec_file import decode_spec_json
+        from ..errors import SpecError
+
+        with open(args.spec, encoding="utf-8") as file:
+            found = decode_spec_json(file.read(), source=args.spec)
+        if found is None:
+            raise SpecError(
+                f'{args.spec}: not a torch-tfrecord spec file (no "format": "torch-tfrecord-spec")'
+            )
+        specs = found
+    files = to_parquet(
+        args.sources,
+        args.out,
+        **specs,
+        rows_per_file=args.rows_per_file,
+        batch_size=args.batch_size,
+        **common,
+    )
+    rows = sum(_parquet_rows(path) for path in files)
+    more = " ..." if len(files) > 1 else ""
+    print(f"{plural(rows, 'row')} in {plural(len(files), 'Parquet file')} ({files[0]}{more})")
+    print(f"written in {time.perf_counter() - start:.2f} s")
+    return 0
+
+
+def _parquet_rows(path: str) -> int:
+    import pyarrow.parquet as pq  # to_parquet has imported it
+
+    return int(pq.ParquetFile(path).metadata.num_rows)
 
 
 def add_write_options(parser: argparse.ArgumentParser, images: bool) -> None:

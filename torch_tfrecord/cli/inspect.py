@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ..codec.inspect import format_json, format_text, show_key
+from ..codec.label_map import class_names_beside
 from ..codec.survey import Survey, survey_paths
 from ..errors import TFRecordError
-from ..integrations.tfds.info import is_tfds_dir, read_info
+from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
 from ..records.index import count_records, default_index_path, load_index
 from ..records.io import exists, expand_sources, resolve_compression
 from ..records.reader import ReadStats, read_records
@@ -82,23 +82,6 @@ def add_inspect_commands(commands: Any) -> list[argparse.ArgumentParser]:
     return [head, schema, count, verify, preview]
 
 
-def _expand(paths: Sequence[str], options: dict[str, Any] | None) -> tuple[list[str], dict[str, int]]:
-    """The data files of ``paths``; a TFDS version directory stands for its shards, split by
-    split, and the records ``dataset_info.json`` says each holds are returned beside them."""
-    files: list[str] = []
-    expected: dict[str, int] = {}
-    for path in paths:
-        if not is_tfds_dir(path, options):
-            files.extend(expand_sources(path, options))
-            continue
-        info = read_info(path, options)
-        for name, split in info.splits.items():
-            shards = info.shard_paths(name)
-            files.extend(shards)
-            expected.update(zip(shards, split.shard_lengths, strict=True))
-    return files, expected
-
-
 def _disagreement(path: str, records: int, expected: dict[str, int]) -> str | None:
     if path in expected and records != expected[path]:
         return f"holds {records:,} records, but dataset_info.json says {expected[path]:,}"
@@ -109,7 +92,7 @@ def cmd_count(args: argparse.Namespace) -> int:
     total = 0
     failed = 0
     options = storage_options(args)
-    files, expected = _expand(args.paths, options)
+    files, expected = expand_with_tfds(args.paths, options)
     for path in files:
         try:
             records = count_records(path, storage_options=options)
@@ -145,15 +128,7 @@ def _verify_one(path: str, options: dict[str, Any] | None, expected: dict[str, i
         records += 1
     disagreement = None if stats.errors else _disagreement(path, records, expected)
     problems = list(stats.errors) + ([disagreement] if disagreement else [])
-    summary = ""
-    if stats.damaged:
-        lost = sum(region.records or 0 for region in stats.damaged)
-        unknown = any(region.records is None for region in stats.damaged)
-        summary = (
-            f"{plural(len(stats.damaged), 'damaged region')}: {plural(stats.bytes_skipped, 'byte')} "
-            f"and {'at least ' if unknown else ''}{plural(lost, 'record')} lost, "
-            f"{plural(stats.records, 'intact record')} read"
-        )
+    summary = stats.damage_summary()
     index_path = default_index_path(path)
     if compression is None and exists(index_path, options):
         try:
@@ -167,7 +142,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # each problem is listed below
     start = time.perf_counter()
     options = storage_options(args)
-    paths, expected = _expand(args.paths, options)
+    paths, expected = expand_with_tfds(args.paths, options)
     failed = 0
     for path in paths:
         try:
@@ -287,19 +262,6 @@ def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
     )
 
 
-def _class_names(path: str) -> dict[int, str] | None:
-    """The names of the label map the converters write beside their shards, if ``path`` has one
-    (read without the converters, which import torch)."""
-    from ..codec.label_map import LabelMap
-
-    folder = path if os.path.isdir(path) else os.path.dirname(path)
-    candidate = os.path.join(folder, "label_map.pbtxt")
-    if not os.path.isfile(candidate):
-        return None
-    with open(candidate, encoding="utf-8-sig") as f:
-        return dict(LabelMap.decode(f.read(), source=candidate).names)
-
-
 def cmd_preview(args: argparse.Namespace) -> int:
     from ..vision.preview import render_grid
 
@@ -314,7 +276,8 @@ def cmd_preview(args: argparse.Namespace) -> int:
                 break
         if len(records) >= args.n:
             break
-    sheet = render_grid(records, locations=locations, cell=args.cell, class_names=_class_names(args.path))
+    names = class_names_beside(args.path)
+    sheet = render_grid(records, locations=locations, cell=args.cell, class_names=names)
     sheet.save(args.out)
     print(f"{args.out}: {plural(len(records), 'record')}, {sheet.width}x{sheet.height} pixels")
     return 0

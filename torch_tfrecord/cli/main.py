@@ -6,6 +6,7 @@ torch-tfrecord schema ~/tensorflow_datasets/mnist/3.0.1
 torch-tfrecord count data/train-*.tfrecord
 torch-tfrecord verify data/
 torch-tfrecord preview data/train-00000-of-00008.tfrecord --out grid.png
+torch-tfrecord view data/ (a local web page)
 torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1
 torch-tfrecord cache du /scratch/tfrecord-cache
 
@@ -23,6 +24,7 @@ from .cache import add_cache_command
 from .convert import add_convert_command, is_conversion_error
 from .inspect import add_inspect_commands
 from .options import add_debug_option
+from .view import add_view_command
 
 __all__ = ["build_parser", "main"]
 
@@ -38,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspecting = add_inspect_commands(commands)
     converting = add_convert_command(commands)
     caching = add_cache_command(commands)
-    add_debug_option(parser, *inspecting, *converting, *caching)
+    add_debug_option(parser, *inspecting, *converting, *caching, *add_view_command(commands))
     return parser
 
 

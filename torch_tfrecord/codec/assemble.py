@@ -222,6 +222,12 @@ def images(
     from .image_batch import UndecodableImage, decode_images
 
     image_backend()  # no image library: an ImportError naming the extra, not "not an image"
+    if spec.dct == "fast":  # no library for TF's pixels: an ImportError naming the extra
+        from .tf_jpeg import crop_library, fast_dct_library
+
+        fast_dct_library()
+        if spec.crop != "resize":
+            crop_library()
     data = encoded()
     try:
         return decode_images(data, spec)

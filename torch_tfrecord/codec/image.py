@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from ..support.extras import install_hint
+from .tf_jpeg import DCT, decode_jpeg_fast
 
 __all__ = ["Mode", "decode_image", "image_backend"]
 
@@ -64,18 +65,25 @@ def _luma(rgb: torch.Tensor) -> torch.Tensor:
     return grey.to(torch.uint8)[None]
 
 
-def decode_image(data: bytes, mode: Mode = "RGB") -> torch.Tensor:
+def decode_image(data: bytes, mode: Mode = "RGB", dct: DCT = "accurate") -> torch.Tensor:
     """Decodes JPEG / PNG / ... bytes to a uint8 ``[channels, height, width]`` tensor.
 
     Args:
         data: the encoded image.
         mode: ``"RGB"`` (3 channels), ``"L"`` (1 channel) or ``"unchanged"`` (as stored).
+        dct: a JPEG's inverse DCT: ``"accurate"`` (TensorFlow's ``INTEGER_ACCURATE``) or
+            ``"fast"`` (TensorFlow's default pixels; needs simplejpeg, the ``fastjpeg`` extra).
 
     Raises:
-        ImportError: no image library is installed.
+        ImportError: no image library is installed, or none that can do ``dct="fast"``.
         Exception: the library's own error for bytes that are not an image.
     """
+    if dct not in ("accurate", "fast"):
+        raise ValueError(f"dct must be 'accurate' or 'fast', got {dct!r}")
     is_jpeg = data[:3] == b"\xff\xd8\xff"
+    if dct == "fast" and is_jpeg:
+        array = decode_jpeg_fast(data, mode)
+        return torch.from_numpy(array).permute(2, 0, 1).contiguous()
     if image_backend() == "torchvision":
         tvio = _torchvision_io()
         encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import io
 import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -26,6 +24,7 @@ import torch.nn.functional as F
 
 from ..support.seeds import mix_seed
 from .spec import Image
+from .tf_jpeg import decode_jpeg_crop_fast, decode_jpeg_fast, fast_dct_library, simplejpeg_module
 
 __all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
 
@@ -124,13 +123,7 @@ def resize(
     return floats[0].round_().clamp_(0, 255).to(torch.uint8)
 
 
-@functools.cache
-def _simplejpeg() -> Any:
-    try:
-        import simplejpeg
-    except ImportError:
-        return None
-    return simplejpeg
+_simplejpeg = simplejpeg_module  # the scaled decode's library (None: Pillow's draft); tests patch it
 
 
 def _is_jpeg(data: bytes | memoryview) -> bool:
@@ -147,18 +140,20 @@ def reduced_decode(data: bytes, spec: Image, generator: torch.Generator | None =
         full = decode_image(data, spec.mode)
         height, width = full.shape[-2:]
         return resize(full, crop_box(height, width, spec, generator), (out_h, out_w))
-    simplejpeg = _simplejpeg()
+    simplejpeg = fast_dct_library() if spec.dct == "fast" else _simplejpeg()
     if simplejpeg is not None:
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
         top, left, h, w = crop_box(height, width, spec, generator)
         # The smallest DCT scale that keeps at least the output's pixels across the region.
-        need_h, need_w = math.ceil(height * out_h / h), math.ceil(width * out_w / w)
-        array = simplejpeg.decode_jpeg(
-            data,
-            colorspace="RGB" if spec.mode == "RGB" else "GRAY",
-            min_height=min(need_h, height),
-            min_width=min(need_w, width),
-        )
+        need_h, need_w = min(math.ceil(height * out_h / h), height), min(math.ceil(width * out_w / w), width)
+        if spec.dct == "fast" and spec.crop != "resize":
+            array, region = decode_jpeg_crop_fast(data, spec.mode, (top, left, h, w), need_h, need_w)
+            return resize(torch.from_numpy(array).permute(2, 0, 1), region, (out_h, out_w))
+        if spec.dct == "fast":
+            array = decode_jpeg_fast(data, spec.mode, need_h, need_w)
+        else:
+            colorspace = "RGB" if spec.mode == "RGB" else "GRAY"
+            array = simplejpeg.decode_jpeg(data, colorspace=colorspace, min_height=need_h, min_width=need_w)
         scaled = torch.from_numpy(array).permute(2, 0, 1)  # a channels-last view
     else:
         import PIL.Image
@@ -200,6 +195,8 @@ def _each(count: int, decode_one: Callable[[int], torch.Tensor]) -> list[torch.T
     def guarded(i: int) -> torch.Tensor:
         try:
             return decode_one(i)
+        except ImportError:  # a library missing, not a bad image: the error names the extra
+            raise
         except Exception as error:  # the codec's own error type: the caller names the record
             raise UndecodableImage(i, error) from error
 
@@ -220,7 +217,7 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
     if spec.device != "cpu":
         return _decode_on_gpu(encoded, spec)
     if spec.size is None:
-        return _each(len(encoded), lambda i: decode_image(encoded[i], spec.mode))
+        return _each(len(encoded), lambda i: decode_image(encoded[i], spec.mode, spec.dct))
     generators = _generators(len(encoded))
     out_h, out_w = spec.size  # type: ignore[misc]
     channels = 3 if spec.mode == "RGB" else 1

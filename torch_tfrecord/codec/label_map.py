@@ -13,12 +13,13 @@ files go through ``torch_tfrecord.records.io``, so label maps may live beside re
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Iterable, Mapping
 
 from ..errors import TFRecordError
 
-__all__ = ["LabelMap", "LabelMapError"]
+__all__ = ["LabelMap", "LabelMapError", "class_names_beside"]
 
 
 class LabelMapError(TFRecordError, ValueError):
@@ -143,3 +144,18 @@ def _quote(name: str) -> str:
 
 def _unquote(literal: str) -> str:
     return re.sub(r"\\(.)", r"\1", literal[1:-1])
+
+
+def class_names_beside(path: str) -> dict[int, str] | None:
+    """The names of the ``label_map.pbtxt`` the converters write beside their shards: in the
+    folder ``path`` is, or names; None when there is none (or ``path`` is not local).
+
+    Raises:
+        LabelMapError: the label map does not parse.
+    """
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    candidate = os.path.join(folder, "label_map.pbtxt")
+    if not os.path.isfile(candidate):
+        return None
+    with open(candidate, encoding="utf-8-sig") as f:
+        return dict(LabelMap.decode(f.read(), source=candidate).names)

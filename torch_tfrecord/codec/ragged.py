@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Sequence
 from typing import Any, overload
 
 import torch
+
+from .selection import is_row_selection, row_positions
 
 __all__ = ["Ragged"]
 
@@ -66,8 +69,12 @@ class Ragged:
     @overload
     def __getitem__(self, index: int) -> torch.Tensor: ...
     @overload
-    def __getitem__(self, index: slice) -> Ragged: ...
-    def __getitem__(self, index: int | slice) -> torch.Tensor | Ragged:
+    def __getitem__(self, index: slice | torch.Tensor | Sequence[int] | Sequence[bool]) -> Ragged: ...
+    def __getitem__(self, index: Any) -> torch.Tensor | Ragged:
+        """Row ``index`` as a tensor; a slice, a boolean mask or integer indices as a Ragged of
+        those rows (``batch[key][~batch["_padding"]]`` keeps the rows that are not padding)."""
+        if is_row_selection(index):
+            return self._select(row_positions(index, len(self)).to(self.offsets.device))
         if isinstance(index, slice):
             start, stop, step = index.indices(len(self))
             if step != 1:
@@ -76,10 +83,21 @@ class Ragged:
             begin, end = int(self.offsets[start]), int(self.offsets[max(start, stop)])
             return Ragged(self.values[begin:end], self.offsets[start : max(start, stop) + 1] - begin)
         n = len(self)
+        index = operator.index(index)
         if not -n <= index < n:
             raise IndexError(f"row {index} out of range for a Ragged of {n} rows")
         index %= n
         return self.values[int(self.offsets[index]) : int(self.offsets[index + 1])]
+
+    def _select(self, positions: torch.Tensor) -> Ragged:
+        """The rows at ``positions`` (int64, in range), in that order."""
+        lengths = self.lengths[positions]
+        offsets = torch.zeros(len(positions) + 1, dtype=torch.int64, device=self.offsets.device)
+        torch.cumsum(lengths, 0, out=offsets[1:])
+        # Value j of the result is value j - offsets[row] + starts[row] of this batch.
+        shift = torch.repeat_interleave(self.offsets[:-1][positions] - offsets[:-1], lengths)
+        taken = torch.arange(int(offsets[-1]), device=self.offsets.device) + shift
+        return Ragged(self.values[taken.to(self.values.device)], offsets)
 
     def __iter__(self) -> Any:
         return (self[i] for i in range(len(self)))

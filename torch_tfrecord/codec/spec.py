@@ -333,6 +333,12 @@ class Image:
         device: ``"cpu"``, or ``"cuda"`` (``"cuda:N"``) to decode JPEGs on the GPU with
             torchvision's nvJPEG, a batch per call; use it in the main process
             (``num_workers=0``): CUDA does not run in forked DataLoader workers.
+        dct: the inverse DCT of JPEGs. ``"accurate"`` (the default): libjpeg's accurate integer
+            DCT, TensorFlow's ``decode_jpeg(dct_method="INTEGER_ACCURATE")``. ``"fast"``:
+            TensorFlow's default (``INTEGER_FAST``, what ``tfds.as_numpy`` and TF pipelines
+            give), value for value, whole, with ``size`` at a reduced scale (``ratio=``) and
+            with crops (``decode_and_crop_jpeg``); it needs simplejpeg (the ``fastjpeg``
+            extra) and the CPU. Other formats decode the same either way.
     """
 
     mode: Literal["RGB", "L", "unchanged"] = "RGB"
@@ -341,6 +347,7 @@ class Image:
     scale: tuple[float, float] = (0.08, 1.0)
     ratio: tuple[float, float] = (3 / 4, 4 / 3)
     device: str = "cpu"
+    dct: Literal["accurate", "fast"] = "accurate"
 
     def __post_init__(self) -> None:
         if self.mode not in ("RGB", "L", "unchanged"):
@@ -363,6 +370,10 @@ class Image:
         object.__setattr__(self, "ratio", (float(self.ratio[0]), float(self.ratio[1])))
         if not (self.device == "cpu" or self.device == "cuda" or self.device.startswith("cuda:")):
             raise SpecError(f"Image device must be 'cpu' or 'cuda[:N]', got {self.device!r}")
+        if self.dct not in ("accurate", "fast"):
+            raise SpecError(f"Image dct must be 'accurate' or 'fast', got {self.dct!r}")
+        if self.dct == "fast" and self.device != "cpu":
+            raise SpecError("Image dct='fast' decodes on the CPU: nvJPEG has only its own DCT")
 
     def __repr__(self) -> str:
         options = [f"mode={self.mode!r}"]
@@ -372,6 +383,8 @@ class Image:
                 options += [f"scale={self.scale!r}", f"ratio={self.ratio!r}"]
         if self.device != "cpu":
             options.append(f"device={self.device!r}")
+        if self.dct != "accurate":
+            options.append(f"dct={self.dct!r}")
         return f"tt.Image({', '.join(options)})"
 
 

@@ -16,18 +16,25 @@ import dataclasses
 import logging
 import math
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 
 from ..errors import TFRecordError
 from ..records.io import StorageOptions, is_url, join
-from ..records.writer import RecordWriter
+from ..records.writer import RecordWriter, ShardedRecordWriter, WriteCompression
 from ..support.processes import worker_processes
 from ..support.text import progress_bar
 
-__all__ = ["ConversionError", "ConversionResult", "WriteOptions", "write_records"]
+__all__ = [
+    "ConversionError",
+    "ConversionResult",
+    "WriteOptions",
+    "shard_options",
+    "write_records",
+    "write_stream",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +62,7 @@ class WriteOptions:
             name); ``"skip"`` leaves bad records out, counts them and logs each.
         progress: show a tqdm progress bar on stderr (when tqdm is installed).
         storage_options: for the fsspec file system when ``out_dir`` is a URL.
+        compression: None, ``"gzip"`` or ``"zlib"`` (shards ``.tfrecord.gz`` / ``.tfrecord.zz``).
     """
 
     out_dir: str
@@ -67,6 +75,7 @@ class WriteOptions:
     on_error: OnError = "raise"
     progress: bool = False
     storage_options: StorageOptions = None
+    compression: WriteCompression = None
 
     def __post_init__(self) -> None:
         if self.shards is not None and self.max_records_per_shard is not None:
@@ -77,6 +86,8 @@ class WriteOptions:
             raise ValueError(f"{self.max_records_per_shard=} must be positive")
         if self.jobs < 1:
             raise ValueError(f"{self.jobs=} must be positive")
+        if self.compression not in (None, "gzip", "zlib"):
+            raise ValueError(f"{self.compression=} must be None, 'gzip' or 'zlib'")
         if self.on_error not in ("raise", "skip"):
             raise ValueError(f"{self.on_error=} must be 'raise' or 'skip'")
         if not self.name or "/" in self.name:
@@ -88,6 +99,29 @@ class WriteOptions:
                 raise ValueError(f"split ratios must add up to 1, got {dict(self.split)}")
 
 
+def shard_options(
+    out_dir: str | os.PathLike[str],
+    name: str,
+    shard_size: int | None,
+    compression: WriteCompression,
+    progress: bool,
+    storage_options: StorageOptions,
+    /,
+    **more: Any,
+) -> WriteOptions:
+    """The :class:`WriteOptions` of a writer whose public arguments say ``shard_size`` and take
+    any path (``tt.write_dataset``, ``tt.from_parquet``); ``more`` are the other fields."""
+    return WriteOptions(
+        out_dir=os.fspath(out_dir),
+        name=name,
+        max_records_per_shard=shard_size,
+        compression=compression,
+        progress=progress,
+        storage_options=storage_options,
+        **more,
+    )
+
+
 @dataclasses.dataclass
 class ConversionResult:
     """What a conversion wrote.
@@ -97,12 +131,16 @@ class ConversionResult:
         records: records written per split.
         skipped: the message of each input left out (``on_error="skip"``).
         label_map: the label map file written, if any.
+        spec: the spec that reads the records (:func:`torch_tfrecord.write_dataset`), if known.
+        spec_path: the ``spec.json`` it was saved as, if any.
     """
 
     shards: dict[str, list[str]]
     records: dict[str, int]
     skipped: list[str]
     label_map: str | None = None
+    spec: dict[str, Any] | None = None
+    spec_path: str | None = None
 
     @property
     def total(self) -> int:
@@ -153,10 +191,40 @@ def _attempt(encode: Callable[[Any], bytes], task: Any) -> bytes | ConversionErr
         return error
 
 
+Observe = Callable[[int, Any], None]
+
+
+def _suffix(options: WriteOptions) -> str:
+    return ".tfrecord" + {None: "", "gzip": ".gz", "zlib": ".zz"}[options.compression]
+
+
+def _outcome(result: Any, position: int, observe: Observe | None, options: WriteOptions) -> bytes | None:
+    """The record to write of one encoded task, or None for a skipped one; reports a note
+    (``encode`` returns ``(record, note)`` when there is an ``observe``) to ``observe``."""
+    if isinstance(result, ConversionError):
+        if options.on_error == "raise":
+            raise result
+        logger.warning("skipping: %s", result)
+        return None
+    if observe is None:
+        return result  # type: ignore[no-any-return]
+    record, note = result
+    observe(position, note)
+    return record  # type: ignore[no-any-return]
+
+
 def write_records(
-    tasks: Sequence[Any], encode: Callable[[Any], bytes], options: WriteOptions
+    tasks: Sequence[Any],
+    encode: Callable[[Any], Any],
+    options: WriteOptions,
+    *,
+    observe: Observe | None = None,
 ) -> ConversionResult:
     """Encodes every task and writes the records as split, sharded, indexed TFRecord files.
+
+    With ``observe``, ``encode`` returns ``(record, note)`` and ``observe(task_index, note)``
+    is called for each record written (in order, in this process), and may raise a
+    :class:`ConversionError` to stop the conversion.
 
     Raises:
         ConversionError: with ``on_error="raise"``, the first task that failed; nothing is
@@ -173,7 +241,7 @@ def write_records(
         plan.extend((split, i * shards // len(indices)) for i in range(len(indices)))
         stem = f"{options.name}-{split}" if split else options.name
         names[split] = [
-            join(options.out_dir, f"{stem}-{k:05d}-of-{shards:05d}.tfrecord") for k in range(shards)
+            join(options.out_dir, f"{stem}-{k:05d}-of-{shards:05d}{_suffix(options)}") for k in range(shards)
         ]
     writers: dict[tuple[str, int], RecordWriter] = {}
     records = {split: 0 for split in splits}
@@ -182,23 +250,19 @@ def write_records(
     try:
         current: RecordWriter | None = None
         with _encoded(encode, [tasks[i] for i in order], options.jobs) as results:
-            for key, result in zip(plan, results, strict=True):
+            for position, key, result in zip(order, plan, results, strict=True):
                 split, shard = key
                 if key not in writers:
                     if current is not None:
                         current._finish()
-                    current = writers[key] = RecordWriter(
-                        names[split][shard], storage_options=options.storage_options
-                    )
+                    current = writers[key] = _writer(names[split][shard], options)
                 if bar is not None:
                     bar.update(1)
-                if isinstance(result, ConversionError):
-                    if options.on_error == "raise":
-                        raise result
+                record = _outcome(result, position, observe, options)
+                if record is None:
                     skipped.append(str(result))
-                    logger.warning("skipping: %s", result)
                     continue
-                writers[key].write(result)
+                writers[key].write(record)
                 records[split] += 1
         if current is not None:
             current._finish()
@@ -207,7 +271,7 @@ def write_records(
         for split, paths in names.items():
             for shard, path in enumerate(paths):
                 if (split, shard) not in writers:
-                    writers[(split, shard)] = RecordWriter(path, storage_options=options.storage_options)
+                    writers[(split, shard)] = _writer(path, options)
                     writers[(split, shard)]._finish()
         for (split, shard), writer in writers.items():
             writer._publish(names[split][shard])
@@ -219,3 +283,69 @@ def write_records(
         if bar is not None:
             bar.close()
     return ConversionResult(names, records, skipped)
+
+
+def _writer(path: str, options: WriteOptions) -> RecordWriter:
+    return RecordWriter(path, compression=options.compression, storage_options=options.storage_options)
+
+
+def _windows(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    window: list[Any] = []
+    for item in items:
+        window.append(item)
+        if len(window) == size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
+def write_stream(
+    items: Iterable[Any],
+    encode: Callable[[Any], Any],
+    options: WriteOptions,
+    *,
+    observe: Observe | None = None,
+) -> ConversionResult:
+    """:func:`write_records` for a source of unknown length, read once, in bounded memory:
+    shards of ``max_records_per_shard`` records (no ``split``, no ``shards``); with
+    ``jobs > 1`` items are encoded in worker processes, a window of them at a time.
+    """
+    if options.split is not None or options.shards is not None:
+        raise ValueError("a source without a length takes no split= or shards=: give max_records_per_shard")
+    writer = ShardedRecordWriter(
+        join(options.out_dir, options.name),
+        max_records=options.max_records_per_shard or 1024,
+        suffix=_suffix(options),
+        compression=options.compression,
+        storage_options=options.storage_options,
+    )
+    skipped: list[str] = []
+    bar = progress_bar(0, "record", options.progress)
+    position = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            pool = stack.enter_context(worker_processes(options.jobs)) if options.jobs > 1 else None
+            for window in _windows(items, 64 * options.jobs):
+                if pool is None:
+                    results: Iterable[Any] = (_attempt(encode, item) for item in window)
+                else:
+                    results = pool.map(_attempt, [encode] * len(window), window, chunksize=16)
+                for result in results:
+                    record = _outcome(result, position, observe, options)
+                    position += 1
+                    if bar is not None:
+                        bar.update(1)
+                    if record is None:
+                        skipped.append(str(result))
+                        continue
+                    writer.write(record)
+        total = writer.records_written
+        paths = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return ConversionResult({"": paths}, {"": total}, skipped)

@@ -9,6 +9,7 @@ import torch
 from torch.utils.data import default_collate, get_worker_info
 
 from ..codec.ragged import Ragged
+from ..codec.selection import RowList
 from .packing import pack_tensors
 
 __all__ = ["collate"]
@@ -20,7 +21,7 @@ def _collate_tensors(values: Sequence[torch.Tensor]) -> torch.Tensor | Ragged | 
         return torch.stack(list(values))
     if first.dim() >= 1 and all(v.dim() == first.dim() and v.shape[1:] == first.shape[1:] for v in values):
         return Ragged.from_rows(list(values))
-    return list(values)  # e.g. images of different sizes: transforms decide
+    return RowList(values)  # e.g. images of different sizes: transforms decide
 
 
 def collate(samples: Sequence[Any]) -> Any:
@@ -55,10 +56,10 @@ def _collate(samples: Sequence[Any]) -> Any:
     if isinstance(first, torch.Tensor):
         return _collate_tensors(samples)
     if isinstance(first, bytes | str | Ragged):
-        return list(samples)
+        return RowList(samples)
     if isinstance(first, tuple | list) and not isinstance(first, str):
         if all(isinstance(v, bytes | str) for sample in samples for v in sample):
-            return [list(sample) for sample in samples]
+            return RowList(list(sample) for sample in samples)
         if any(len(sample) != len(first) for sample in samples):
             raise ValueError("sequence samples have different lengths; decode them as tensors")
         return (

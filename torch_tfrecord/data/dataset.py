@@ -18,12 +18,15 @@ import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..codec.decode import SpecArg
+from ..codec.selection import RowList
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
 from .cache_plan import ReadSchedule
+from .epochs import EpochCounter
+from .frameworks import DISPATCHED_STATE, DispatchFlag, calling_wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
-from .loader import calling_fetcher, use_fast_convert
+from .loader import calling_fetcher, requested_batch_size, use_fast_convert
 from .order import EpochPlan, Shuffle, WorkerSlice, block_size
 from .packing import pack_tensors
 from .pipeline import PADDING_KEY, RECORD_ID_KEY, SeededTransform, decoder_for
@@ -32,13 +35,19 @@ from .resume import Live, Resume, combine_states, load_state, rank_state, resume
 from .shard_index import IndexArg
 from .shards import RecordFiles, record_files
 from .workers import end_with_parent
-from .world import SharedEpoch, resolve_world
+from .world import resolve_world
+from .wrapped import shard_runs, world_items, wrapped_len
 
 __all__ = ["TFRecordDataset"]
 
 logger = logging.getLogger(__name__)
 
 _SAMPLE_CHUNK = 64  # sample mode: records a worker reads and decodes at once
+
+
+def _reading(run: int) -> int:
+    """Units read and decoded at once: whole runs of ``run``, about ``_SAMPLE_CHUNK`` of them."""
+    return run * max(1, _SAMPLE_CHUNK // run)
 
 
 class TFRecordDataset(IterableDataset[dict[str, Any]]):
@@ -144,7 +153,8 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             self.files.hold_window(window)
         self._decoder = decoder_for(self.files, spec, context_spec, sequence_spec, verify_crc, on_error)
         self._transform = None if transform is None else SeededTransform(transform)
-        self._epoch = SharedEpoch()
+        self._epoch = EpochCounter()
+        self._dispatch = DispatchFlag()
         self._epoch_guard = EpochGuard(shuffle is not False)
         self._resume: Resume | None = None
         self._live: Live | None = None
@@ -168,20 +178,39 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     @property
     def epoch(self) -> int:
-        return self._epoch.get()
+        """The epoch in progress (before the first pass: the first epoch)."""
+        return self._epoch.current()
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch (call it in the main process before each epoch); reaches persistent workers.
 
+        Optional: without it each pass over the dataset is the next epoch (0, 1, 2, ...), for the
+        training frameworks that never call it. Once called, its epoch decides, until called again.
         A state loaded for another epoch is let go: the new epoch starts from its beginning.
         """
+        wrapper = calling_wrapper()
+        self._dispatch.note(wrapper, clear=True)
+        if wrapper is not None:
+            wrapper.check(self.plan.world_size, self.plan.rank, self.plan.batch_size is not None)
         self._epoch.set(epoch)
         if self._resume is not None and self._resume.epoch != epoch:
             self._resume = None
 
     def __len__(self) -> int:
-        """Batches (batch mode) or samples this rank gets per epoch (in the current one, if resumed)."""
-        return self._plan_for(self._epoch.get()).units_per_rank
+        """Batches (batch mode) or samples this rank gets per epoch (in the current one, if resumed).
+
+        Under a DataLoader of ``batch_size=B`` in sample mode, the rank gets exactly
+        ``ceil(len(dataset) / B)`` batches, ``len(loader)``, with any number of workers (each
+        worker takes runs of B samples). Asked by an Accelerate wrapper, it is the length that
+        makes the wrapper's own ``len`` the batches each rank gets.
+        """
+        wrapper = calling_wrapper()
+        self._dispatch.note(wrapper)
+        if wrapper is not None:
+            wrapper.check(self.plan.world_size, self.plan.rank, self.plan.batch_size is not None)
+        units = self._plan_for(self._epoch.current()).units_per_rank
+        shard_run = wrapper.run if wrapper is not None and wrapper.kind == "shard" else None
+        return wrapped_len(units, self.plan.world_size, self._dispatch.get(), shard_run)
 
     def _plan_for(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch``: narrowed to what was left of it when a global state was loaded."""
@@ -193,15 +222,32 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
     def __iter__(self) -> Iterator[dict[str, Any]]:
         end_with_parent()  # now, as the worker creates its fetcher: not at its first batch request
         fetcher = calling_fetcher()
-        check_loader(fetcher, self.plan.batch_size is not None, self._decoder.spec)
+        batch_mode = self.plan.batch_size is not None
+        check_loader(fetcher, batch_mode, self._decoder.spec)
         use_fast_convert(fetcher)
-        return self._iterate()
+        wrapper = calling_wrapper()
+        self._dispatch.note(wrapper)
+        if wrapper is not None:
+            wrapper.check(self.plan.world_size, self.plan.rank, batch_mode)
+        if get_worker_info() is None:
+            warn_unknown_versions()
+        resume = self._resume
+        # Counted now, as a DataLoader creates its fetcher: every worker of a pass begins it.
+        epoch = self._epoch.begin(None if resume is None or resume.workers is None else resume.epoch)
+        if self._dispatch.get() and self.plan.world_size > 1:
+            return self._serve_world(epoch)
+        if wrapper is not None and wrapper.kind == "shard":
+            before = self.plan.rank * wrapper.run
+            after = (self.plan.world_size - self.plan.rank - 1) * wrapper.run
+            return shard_runs(self._iterate(epoch, wrapper.run), wrapper.run, before, after, PADDING_KEY)  # type: ignore[return-value]
+        return self._iterate(epoch, None)
 
-    def _iterate(self) -> Iterator[dict[str, Any]]:
-        epoch = self._epoch.get()
+    def _iterate(self, epoch: int, run: int | None) -> Iterator[dict[str, Any]]:
         info = get_worker_info()
         plan = self._plan_for(epoch)
-        chunk = 1 if plan.batch_size else _SAMPLE_CHUNK
+        if plan.batch_size is None and run is None:
+            run = requested_batch_size()  # the loader's batches: workers take runs of them
+        chunk = 1 if plan.batch_size else (run or _SAMPLE_CHUNK)
         workers = WorkerSlice(info.num_workers, info.id, chunk) if info else WorkerSlice(1, 0, chunk)
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
@@ -210,7 +256,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         remaining = progress.remaining(plan.units_per_rank)
         batch_size = plan.batch_size
         # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
-        for block in workers.items(remaining, skip, block=16 if batch_size else chunk):
+        for block in workers.items(remaining, skip, block=16 if batch_size else _reading(chunk)):
             schedule.reached(block)
             units = progress.units(block)
             if batch_size:
@@ -232,6 +278,35 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
 
+    def _serve_world(self, epoch: int) -> Iterator[dict[str, Any]]:
+        """Under Accelerate's DataLoaderDispatcher: on rank 0, every rank's units in the order in
+        which the dispatcher hands them out (see :mod:`.wrapped`); nothing on the other ranks."""
+        plan = self._plan_for(epoch)
+        if plan.rank != 0:
+            return  # only rank 0's loader is iterated; the others would read for nothing
+        if self._resume is not None and self._resume.epoch == epoch:
+            raise ValueError(DISPATCHED_STATE)
+        info = get_worker_info()
+        run = 1 if plan.batch_size else (requested_batch_size() or 1)
+        workers = WorkerSlice(info.num_workers, info.id, run) if info else WorkerSlice(1, 0, run)
+        rank_plans = [dataclasses.replace(plan, rank=rank) for rank in range(plan.world_size)]
+        total = plan.world_size * plan.units_per_rank
+        for block in workers.items(total, 0, block=_reading(run)):
+            owners, units = world_items(block, plan.units_per_rank, plan.world_size, run)
+            if plan.batch_size:
+                for owner, unit in zip(owners.tolist(), units.tolist(), strict=True):
+                    ids, padding = rank_plans[owner].records(plan.unit_positions([unit]), epoch)
+                    batch = self._load(ids, padding, epoch)
+                    yield batch if info is None else pack_tensors(batch)
+            else:
+                ids = np.empty(len(units), np.int64)
+                padding = np.empty(len(units), bool)
+                for owner in np.unique(owners).tolist():
+                    mine = owners == owner
+                    ids[mine], padding[mine] = rank_plans[owner].records(units[mine], epoch)
+                yield from self._samples(ids, padding, epoch)
+        self._epoch_guard.finished(epoch)
+
     def read_batch(self, ids: npt.ArrayLike, padding: npt.ArrayLike, epoch: int) -> dict[str, Any]:
         """The records ``ids`` as one batch, decoded and transformed as this dataset does in batch mode.
 
@@ -250,6 +325,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
 
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
         batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
+        for key, column in batch.items():
+            if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
+                batch[key] = RowList(column)
         batch[RECORD_ID_KEY] = torch.from_numpy(ids)
         batch[PADDING_KEY] = torch.from_numpy(padding)
         if self._transform is not None:
@@ -287,8 +365,11 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         it), that worker's place. A StatefulDataLoader's saved state can be loaded into this
         dataset too, to resume with another number of workers.
         """
-        epoch = self._epoch.get()
+        if self._dispatch.get() and self.plan.world_size > 1:
+            raise ValueError(DISPATCHED_STATE)
         in_worker = get_worker_info() is not None
+        live = self._live
+        epoch = live.epoch if in_worker and live is not None else self._epoch.current()
         state = rank_state(
             self._plan_for(epoch), self._identity(), epoch, self._live, self._resume, consumed, in_worker
         )
@@ -308,7 +389,9 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         to the state's; :meth:`set_epoch` with the same epoch keeps the place, another epoch
         starts that epoch from the beginning.
 
-        A rank's own state resumes that rank with the same world size. To resume on another
+        A rank's state resumes any rank of a job with the same world size: the ranks take their
+        equal shares in step, so rank 0's place (what Lightning and Accelerate save) is every
+        rank's place in its own share. To resume on another
         number of ranks, give every new rank the states of *all* old ranks (a list of their
         ``state_dict()`` or StatefulDataLoader states, in any order) or the global state of
         ``state_dict(gather=True)``: the rest of the epoch is split afresh over the new ranks,
@@ -324,7 +407,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         in_worker = get_worker_info() is not None
         resume = load_state(state, self.plan, self._identity(), in_worker)
         if not in_worker:
-            self._epoch.set(resume.epoch)
+            self._epoch.restart_at(resume.epoch)
         self._resume = resume
         self._live = None
 

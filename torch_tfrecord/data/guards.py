@@ -47,7 +47,8 @@ def check_loader(fetcher: Any, batch_mode: bool, spec: Mapping[str, Any] | None)
     if batch_mode:
         raise ValueError(
             "the dataset makes batches itself (batch_size= was given), and the DataLoader batches "
-            "them again: use DataLoader(dataset, batch_size=None)"
+            "them again: use DataLoader(dataset, batch_size=None) (under transformers.Trainer, "
+            "which makes its own DataLoader with a batch size, give the dataset no batch_size)"
         )
     from torch.utils.data import default_collate
 

@@ -17,34 +17,62 @@ from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Iterator, Sized
 from types import FrameType
 from typing import Any
 
 import torch
 from torch.utils.data._utils.collate import default_convert
 
-__all__ = ["calling_fetcher", "convert", "use_fast_convert"]
+from ..codec.selection import RowList
+
+__all__ = ["calling_fetcher", "convert", "requested_batch_size", "use_fast_convert"]
 
 _LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
 """Exact types that ``default_convert`` returns unchanged (and that no list of them changes)."""
+_LISTS = frozenset({list, RowList})
+"""Exact list types that ``default_convert`` copies (``copy.copy``) and converts item by item."""
 
 
 def calling_fetcher(depth: int = 5) -> Any:
     """The DataLoader fetcher whose ``iter(dataset)`` called the caller, if any, within ``depth``
     frames above it."""
+    for _, fetcher in _fetcher_frames(depth):
+        return fetcher
+    return None
+
+
+def requested_batch_size(depth: int = 6) -> int | None:
+    """How many items the DataLoader fetcher takes from the caller (a generator, at its first step)
+    per batch: its batch size, or None when it does not batch or no fetcher is found.
+
+    A fetcher asks for one batch's indices at a time (``fetch(possibly_batched_index)``), and its
+    batches are always full until the data ends, so the first request gives the batch size.
+    """
+    for frame, fetcher in _fetcher_frames(depth):
+        if frame.f_code.co_name == "fetch":
+            index = frame.f_locals.get("possibly_batched_index")
+            if not fetcher.auto_collation or not isinstance(index, Sized):
+                return None
+            return len(index) or None
+    return None
+
+
+def _fetcher_frames(depth: int) -> Iterator[tuple[FrameType, Any]]:
+    """The frames, among ``depth`` above the caller's caller, of a method of an iterable-dataset
+    fetcher, with the fetcher."""
     try:
         from torch.utils.data._utils.fetch import _IterableDatasetFetcher
     except ImportError:
-        return None
-    frame: FrameType | None = sys._getframe(1)
+        return
+    frame: FrameType | None = sys._getframe(2)
     for _ in range(depth):
         if frame is None:
-            return None
+            return
         candidate = frame.f_locals.get("self")
         if isinstance(candidate, _IterableDatasetFetcher):
-            return candidate
+            yield frame, candidate
         frame = frame.f_back
-    return None
 
 
 def convert(data: Any) -> Any:
@@ -67,8 +95,8 @@ def convert(data: Any) -> Any:
 def _value(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return value
-    if type(value) is list and _LEAVES.issuperset(map(type, value)):
-        return value.copy()  # default_convert's copy of the list, item for item
+    if type(value) in _LISTS and _LEAVES.issuperset(map(type, value)):
+        return type(value)(value)  # default_convert's copy of the list, item for item
     return convert(value)
 
 

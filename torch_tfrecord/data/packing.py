@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from ..codec.ragged import Ragged
+from ..codec.selection import RowList
 
 __all__ = ["INLINE_LIMIT", "InlineBatch", "pack_tensors"]
 
@@ -67,7 +68,8 @@ def _map(value: Any, leaf: Leaf, ragged: Callable[[Any, Any], Any]) -> Any:
     if isinstance(value, list):
         if _PLAIN.issuperset(map(type, value)):  # bytes, numbers...: nothing inside to replace
             return value
-        return [_map(item, leaf, ragged) for item in value]
+        mapped = [_map(item, leaf, ragged) for item in value]
+        return RowList(mapped) if isinstance(value, RowList) else mapped
     if isinstance(value, tuple):
         items = (_map(item, leaf, ragged) for item in value)
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)

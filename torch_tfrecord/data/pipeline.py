@@ -22,6 +22,7 @@ from ..codec.payloads import Payload, payload_for
 from ..codec.rows import split_batch
 from ..codec.schema import sample_dtypes
 from ..codec.spec import FeatureSpec, Image, normalize_spec
+from ..codec.spec_file import read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
@@ -225,7 +226,16 @@ def decoder_for(
     verify_crc: bool,
     on_error: OnError,
 ) -> BatchDecoder:
-    """The decoder of a dataset's arguments: Examples by spec, or raw / SequenceExample payloads."""
+    """The decoder of a dataset's arguments: Examples by spec, or raw / SequenceExample payloads.
+
+    With no spec at all, the ``spec.json`` beside the shards (as ``tt.write_dataset`` and
+    ``tt.from_parquet`` save it) gives it, when there is one."""
+    if spec is None and context_spec is None and sequence_spec is None:
+        saved = read_spec_file(files.paths, files.storage_options)
+        if saved is not None:
+            spec, context_spec, sequence_spec = (
+                saved.get(k) for k in ("spec", "context_spec", "sequence_spec")
+            )
     payload = payload_for(spec, context_spec, sequence_spec)
     examples = None if payload is not None else normalize_spec(spec)  # type: ignore[arg-type]
     return BatchDecoder(files, examples, verify_crc=verify_crc, on_error=on_error, payload=payload)

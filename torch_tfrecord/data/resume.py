@@ -33,6 +33,7 @@ FORMAT = "torch_tfrecord.TFRecordDataset/1"
 PORTABLE_KEYS = ("num_records", "seed", "shuffle", "samples_per_epoch", "fingerprint")
 _SPLIT_KEYS = ("world_size", "rank", "batch_size", "drop_last")
 _RANK_KEYS = (*PORTABLE_KEYS[:3], *_SPLIT_KEYS, *PORTABLE_KEYS[3:])  # the most telling difference first
+_LOCKSTEP_KEYS = tuple(key for key in _RANK_KEYS if key != "rank")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +114,10 @@ def decode_state(state: Mapping[str, Any], identity: Mapping[str, Any], epoch_si
     """
     _check_format(state)
     global_ = _is_global(state)
-    _check_identity(state, identity, PORTABLE_KEYS if global_ else _RANK_KEYS)
+    # Not the rank: the ranks of a job take the same number of units in step (their shares are
+    # equal), so one rank's place is every rank's place in its own share. Lightning and
+    # Accelerate save one rank's loader state for all ranks.
+    _check_identity(state, identity, PORTABLE_KEYS if global_ else _LOCKSTEP_KEYS)
     try:
         rest = None if state.get("rest") is None else check_ranges(state["rest"], epoch_size)
         if global_:

@@ -24,7 +24,11 @@ __all__ = ["read_framed_sizes", "read_intact_entries"]
 
 
 def read_framed_sizes(
-    path: PathLike, *, verify_crc: bool = False, storage_options: StorageOptions = None
+    path: PathLike,
+    *,
+    verify_crc: bool = False,
+    storage_options: StorageOptions = None,
+    progress: Callable[[int], None] | None = None,
 ) -> npt.NDArray[np.int64]:
     """Walks the record headers of an uncompressed file: the framed size of each record.
 
@@ -34,6 +38,7 @@ def read_framed_sizes(
     Args:
         path: an uncompressed TFRecord file.
         verify_crc: also check every payload's CRC.
+        progress: called with the bytes walked so far, after each read of headers.
 
     Returns:
         An int64 array of shape ``(n,)``: ``payload length + 16`` of each record, in order.
@@ -58,7 +63,7 @@ def read_framed_sizes(
             sizes.extend(len(payload) + FRAME_OVERHEAD for payload in scan(stream, span, True))
         return np.frombuffer(sizes, dtype=np.int64) if sizes else np.zeros(0, np.int64)
     with open_records_stream(path, None, storage_options) as stream:
-        return _walk_headers(stream, name, size)
+        return _walk_headers(stream, name, size, progress)
 
 
 def read_intact_entries(
@@ -112,7 +117,9 @@ def _damage_before(
     return None
 
 
-def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int64]:
+def _walk_headers(
+    stream: BinaryIO, path: str, size: int, progress: Callable[[int], None] | None = None
+) -> npt.NDArray[np.int64]:
     """Framed sizes of all records, reading headers only (and skipping over large payloads)."""
     unpack_header = HEADER.unpack_from
     framed_sizes = array("q")
@@ -128,6 +135,8 @@ def _walk_headers(stream: BinaryIO, path: str, size: int) -> npt.NDArray[np.int6
             stream.seek(offset)
             buffer = stream.read(min(max(read_size, HEADER_SIZE), size - offset))
             base, position = offset, 0
+            if progress is not None:
+                progress(offset)
             if len(buffer) < HEADER_SIZE:
                 ordinal = len(framed_sizes)
                 raise _damage_before(stream, span, offset, framed_sizes) or TruncatedRecordError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import numpy.typing as npt
@@ -68,6 +69,7 @@ def build_index(
     on_error: OnError = "raise",
     stats: ReadStats | None = None,
     storage_options: StorageOptions = None,
+    progress: Callable[[int], None] | None = None,
 ) -> npt.NDArray[np.int64]:
     """Scans an uncompressed TFRecord file: the ``(offset, framed_size)`` of every record.
 
@@ -80,6 +82,7 @@ def build_index(
             Load such an index with ``load_index(..., allow_damaged_gaps=True)``.
         stats: with ``on_error="skip"``, filled in with the damaged regions left out.
         storage_options: for the fsspec file system when ``path`` is a URL.
+        progress: called with the bytes walked so far while headers are read (a progress bar).
 
     Returns:
         An int64 array of shape ``(n, 2)``.
@@ -97,7 +100,9 @@ def build_index(
     if on_error == "skip" and verify_crc:
         return read_intact_entries(path, lambda region: record_skipped_region(stats, region), storage_options)
     try:
-        sizes = read_framed_sizes(path, verify_crc=verify_crc, storage_options=storage_options)
+        sizes = read_framed_sizes(
+            path, verify_crc=verify_crc, storage_options=storage_options, progress=progress
+        )
     except CorruptRecordError:
         if on_error == "raise":
             raise

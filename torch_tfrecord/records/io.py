@@ -10,12 +10,10 @@ included, so their byte offsets are offsets into the decompressed stream.
 from __future__ import annotations
 
 import glob
-import io
 import itertools
 import logging
 import os
 import re
-import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import BinaryIO, Literal
@@ -23,6 +21,7 @@ from typing import BinaryIO, Literal
 from ..errors import SourceNotFoundError
 from . import remote
 from .framing import header_is_valid
+from .inflating import InflatingReader
 from .remote import StorageOptions, is_url
 
 __all__ = [
@@ -50,8 +49,6 @@ CompressionArg = Literal["auto", "gzip", "zlib"] | None
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _SUFFIXES: dict[str, Compression] = {".gz": "gzip", ".gzip": "gzip", ".zz": "zlib", ".zlib": "zlib"}
-_WBITS: dict[str, int] = {"gzip": 16 + zlib.MAX_WBITS, "zlib": zlib.MAX_WBITS}
-_READ_CHUNK = 1 << 20
 _LOGGED_SKIPS = 10
 
 
@@ -262,64 +259,6 @@ def open_binary(path: PathLike, storage_options: StorageOptions = None) -> Binar
         raise SourceNotFoundError(f"no such file: {os.fspath(path)!r}") from None
 
 
-class _DecompressingReader(io.RawIOBase):
-    """A readable stream of the decompressed bytes of a GZIP or ZLIB file.
-
-    Output per call is bounded by the caller's buffer, so a compression bomb never makes us
-    hold more than one chunk. Concatenated GZIP members are read as one stream, as TensorFlow
-    and gzip(1) do. A stream that ends before its end marker raises EOFError; damaged data
-    raises zlib.error. The caller turns both into errors that name the file and offset.
-    """
-
-    def __init__(self, raw: BinaryIO, compression: str) -> None:
-        super().__init__()
-        self._raw = raw
-        self._wbits = _WBITS[compression]
-        self._decompressor = zlib.decompressobj(self._wbits)
-        self._pending = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        view = memoryview(buffer).cast("B")
-        while len(view):
-            if self._decompressor.eof:
-                rest = self._next_member_input()
-                if not rest:
-                    return 0
-                if self._wbits == _WBITS["zlib"]:
-                    raise zlib.error("unexpected data after the end of the ZLIB stream")
-                self._decompressor = zlib.decompressobj(self._wbits)
-                self._pending = rest
-            if not self._pending:
-                self._pending = self._raw.read(_READ_CHUNK)
-                if not self._pending:
-                    raise EOFError("compressed stream ended before its end marker")
-            out = self._decompressor.decompress(self._pending, len(view))
-            self._pending = self._decompressor.unconsumed_tail
-            if out:
-                view[: len(out)] = out
-                return len(out)
-        return 0
-
-    def _next_member_input(self) -> bytes:
-        """Input after a finished member, without the NUL padding some writers append."""
-        rest = self._decompressor.unused_data.lstrip(b"\x00")
-        while not rest:
-            more = self._raw.read(_READ_CHUNK)
-            if not more:
-                return b""
-            rest = more.lstrip(b"\x00")
-        return rest
-
-    def close(self) -> None:
-        try:
-            self._raw.close()
-        finally:
-            super().close()
-
-
 @contextmanager
 def open_records_stream(
     path: PathLike, compression: Compression, storage_options: StorageOptions = None
@@ -336,7 +275,7 @@ def open_records_stream(
     """
     raw = open_binary(path, storage_options)
     stream: BinaryIO = (
-        raw if compression is None else _DecompressingReader(raw, compression)  # type: ignore[assignment]
+        raw if compression is None else InflatingReader(raw, compression)  # type: ignore[assignment]
     )
     try:
         yield stream

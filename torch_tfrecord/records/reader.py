@@ -15,6 +15,7 @@ from typing import Literal
 import numpy.typing as npt
 
 from ..errors import CompressedIndexError, TFRecordError
+from ..support.text import plural
 from .entries import read_entries, read_entries_at
 from .headers import read_framed_sizes
 from .io import (
@@ -67,6 +68,19 @@ class ReadStats:
     bytes_skipped: int = 0
     damaged: list[DamagedRegion] = dataclasses.field(default_factory=list)
     errors: list[str] = dataclasses.field(default_factory=list)
+
+    def damage_summary(self) -> str:
+        """One line that sums up the damaged regions stepped over (``""`` when none), as
+        ``torch-tfrecord verify`` prints it: regions, bytes and records lost, intact records read."""
+        if not self.damaged:
+            return ""
+        lost = sum(region.records or 0 for region in self.damaged)
+        unknown = any(region.records is None for region in self.damaged)
+        return (
+            f"{plural(len(self.damaged), 'damaged region')}: {plural(self.bytes_skipped, 'byte')} "
+            f"and {'at least ' if unknown else ''}{plural(lost, 'record')} lost, "
+            f"{plural(self.records, 'intact record')} read"
+        )
 
 
 def _skip(stats: ReadStats | None, error: TFRecordError, what: str) -> None:

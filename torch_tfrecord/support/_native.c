@@ -16,6 +16,14 @@
  * map keys. Unknown fields and known fields with an unexpected wire type are skipped, as upb
  * keeps them as unknown fields. The Python layer turns a rejection into the reference
  * decoder's exact error.
+ *
+ * One file, in sections (each under a banner): CRC32C; growable memory; columns; the wire
+ * format; Example messages; the Python entry points for decoding; batch reads of file regions
+ * (pread or a copy from a mapping, guarded against SIGBUS); the offset index's text; the
+ * shuffles' Feistel permutation; the plain reader's framing loop. Their Python callers:
+ * codec/native.py (decoding), records/gather.py and records/compressed/shard.py (batch reads),
+ * records/index.py (the index text), data/permutation.py (the permutation), records/scan.py
+ * (the framing loop).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -761,7 +769,7 @@ static void parse_all(Ctx *ctx, const uint8_t *buffer, size_t size, const int64_
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Python entry points */
+/* Python entry points: decoding a batch of records into columns */
 
 static int get_int64_array(PyObject *obj, Py_buffer *view, const char *what) {
     if (PyObject_GetBuffer(obj, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
@@ -1001,6 +1009,9 @@ done:
     PyBuffer_Release(&rows);
     return out;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* Batch reads: file regions into one buffer (read_into, copy_ranges, gather) */
 
 /* read_into(fd, offsets, sizes, out, out_start): reads each (offset, size) region of the file
  * into `out` back to back from out_start, with one pread per run of regions that follow each
@@ -1469,6 +1480,9 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The offset index's text (parse_index) */
+
 /* parse_index(data, out) -> rows: an index file's text in the canonical form, one
  * "<offset> <framed_size>\n" line per record (decimal digits, one space, the last newline
  * optional), into `out` (int64, two per row; the caller sizes it from the newlines). Returns
@@ -1533,6 +1547,9 @@ parsed:;
     release_views((Py_buffer *[]){&data, &out}, 2);
     return PyLong_FromSsize_t(rows);
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The shuffles' permutation (feistel) */
 
 /* feistel(values, half_bits, round_keys, limit, windows) -> None: order.py's keyed permutation,
  * in place and bit for bit (order.py keeps the numpy original for a build without this file).
@@ -1633,6 +1650,9 @@ done:
     release_views((Py_buffer *[]){&values, &keys, &windows}, 3);
     return result;
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The plain record reader's inner loop (frame), and the CRC for Python */
 
 /* frame(buffer, start, stop, verify_crc) -> (payloads, position): the plain record reader's
  * inner loop. Walks the framed records (u64 length | u32 crc | data | u32 crc) lying back to back

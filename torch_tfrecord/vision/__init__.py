@@ -11,9 +11,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _EXPORTS = {
-    "DETECTION_KEYS": ".targets",
-    "SEGMENTATION_KEYS": ".targets",
-    "VOID": ".targets",
+    "DETECTION_KEYS": ".keys",
+    "SEGMENTATION_KEYS": ".keys",
+    "VOID": ".keys",
     "decode_image": "..codec.image",
     "detection_spec": ".targets",
     "image_backend": "..codec.image",

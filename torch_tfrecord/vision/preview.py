@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..codec.inspect import describe_record
 from ..errors import FeatureError
 from ..support.extras import install_hint
+from .keys import DETECTION_KEYS, SEGMENTATION_KEYS, VOID
 
-__all__ = ["render_grid"]
+__all__ = ["mask_layer", "render_grid"]
 
 _IMAGE_MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM", b"RIFF")
 _LABEL_KEYS = ("image/class/text", "label_text", "class", "image/class/label", "label")
@@ -77,9 +78,9 @@ def _boxes(features: dict[str, tuple[str, list[Any]]]) -> list[tuple[float, floa
     return out
 
 
-_MASK_KEY = "image/segmentation/class/encoded"
-_INSTANCE_KEY = "image/object/mask"
-_VOID = 255  # Pascal VOC's boundary / unlabelled value: drawn white
+_MASK_KEY = SEGMENTATION_KEYS["class"]
+_INSTANCE_KEY = DETECTION_KEYS["masks"]
+_VOID = VOID  # Pascal VOC's boundary / unlabelled value: drawn white
 _MASK_ALPHA = 0.5
 _LEGEND_ROW = 16
 
@@ -153,6 +154,18 @@ def _mask_colour(index: int) -> tuple[int, int, int]:
     return rgb[0], rgb[1], rgb[2]
 
 
+def _colours(mask: Any, present: Iterable[int]) -> Any:
+    """``mask`` as a "P" image whose palette gives each class in ``present`` its colour."""
+    from PIL import Image
+
+    palette = [0] * 256 * 3
+    for index in present:
+        palette[index * 3 : index * 3 + 3] = _mask_colour(index)
+    colours = Image.frombytes("P", mask.size, mask.tobytes())
+    colours.putpalette(palette)
+    return colours
+
+
 def _overlay(picture: Any, mask: Any) -> tuple[Any, set[int]]:
     """``picture`` with the pixels of each class of ``mask`` (not background 0) tinted in its colour."""
     from PIL import Image
@@ -160,13 +173,43 @@ def _overlay(picture: Any, mask: Any) -> tuple[Any, set[int]]:
     present = {index for _, index in mask.getcolors(256) or []} - {0}
     if not present:
         return picture, present
-    palette = [0] * 256 * 3
-    for index in present:
-        palette[index * 3 : index * 3 + 3] = _mask_colour(index)
-    colours = Image.frombytes("P", mask.size, mask.tobytes())
-    colours.putpalette(palette)
-    tinted = Image.blend(picture, colours.convert("RGB"), _MASK_ALPHA)
+    tinted = Image.blend(picture, _colours(mask, present).convert("RGB"), _MASK_ALPHA)
     return Image.composite(tinted, picture, mask.point([0] + [255] * 255)), present
+
+
+def mask_layer(payload: bytes, where: str = "the record") -> tuple[Any, list[int]] | None:
+    """The class mask of a segmentation record as a layer to lay over its image: an RGBA image
+    of the image's size, each class's pixels in its colour (the colours :func:`render_grid`
+    uses), half opaque, background 0 transparent; and the class ids present (not 0).
+
+    Args:
+        payload: a serialized Example.
+        where: the record, for error messages.
+
+    Returns:
+        ``(layer, classes)``, or None when the record has no class mask
+        (image/segmentation/class/encoded) or no image.
+
+    Raises:
+        FeatureError: the image or the mask does not decode, or their sizes differ.
+        ImportError: Pillow is missing.
+    """
+    try:
+        import PIL  # noqa: F401
+    except ImportError as error:
+        raise ImportError(f"masks need Pillow; {install_hint('vision')}") from error
+    features = describe_record(payload)
+    key = None if features is None else _image_key(features)
+    if features is None or key is None:
+        return None
+    size = _open_image(features[key][1][0], key, "", where, "image").size
+    mask = _mask(features, size, where)
+    if mask is None:
+        return None
+    present = sorted({index for _, index in mask.getcolors(256) or []} - {0})
+    layer = _colours(mask, present).convert("RGBA")
+    layer.putalpha(mask.point([0] + [round(255 * _MASK_ALPHA)] * 255))
+    return layer, present
 
 
 def render_grid(

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from ..codec.image import Mode, decode_image
+from .keys import DETECTION_KEYS, SEGMENTATION_KEYS, VOID
 
 __all__ = [
     "DETECTION_KEYS",
@@ -20,17 +21,6 @@ __all__ = [
     "to_detection_target",
     "to_segmentation_target",
 ]
-
-
-DETECTION_KEYS = {
-    "image": "image/encoded",
-    "xmin": "image/object/bbox/xmin",
-    "ymin": "image/object/bbox/ymin",
-    "xmax": "image/object/bbox/xmax",
-    "ymax": "image/object/bbox/ymax",
-    "labels": "image/object/class/label",
-    "masks": "image/object/mask",
-}
 
 
 def detection_spec(mode: Mode = "RGB", *, extra: bool = False, masks: bool = False) -> dict[str, Any]:
@@ -144,16 +134,6 @@ def _tv_tensors() -> Any:
     except (ImportError, RuntimeError, OSError):
         return None
     return tv_tensors
-
-
-SEGMENTATION_KEYS = {
-    "image": "image/encoded",
-    "class": "image/segmentation/class/encoded",
-    "object": "image/segmentation/object/encoded",
-}
-
-VOID = 255
-"""The mask value of unlabelled pixels and object boundaries (Pascal VOC's), which losses ignore."""
 
 
 def segmentation_spec(*, objects: bool = False) -> dict[str, Any]:

@@ -17,14 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...codec.image import decode_image
 from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, VarLen
 from ...codec.spec import Image as ImageSpec
+from ...codec.tf_jpeg import DCT
 from ...errors import FeatureError
 from .features import (
     DIRECT_DTYPES,
     TORCH_DTYPES,
+    Audio,
     Feature,
     FeaturesDict,
     Image,
@@ -34,6 +35,7 @@ from .features import (
     Text,
     UnsupportedFeatureError,
 )
+from .media import decode_audio, decode_tfds_image
 
 __all__ = ["FeatureDecoder"]
 
@@ -90,38 +92,42 @@ def _numeric_spec(shape: Shape, dtype: str) -> FeatureSpec:
 class _Converter:
     """Turns one leaf's decoded columns into its values, per sample and per batch."""
 
-    def __init__(self, leaf: _Leaf) -> None:
+    def __init__(self, leaf: _Leaf, dct: DCT = "fast") -> None:
         self.leaf = leaf
+        self.dct = dct
         self.spec: dict[str, FeatureSpec] = {}
         feature = leaf.feature
         steps = leaf.steps
-        if len(steps) > 2:
-            raise _unsupported(leaf, "more than two levels of Sequence are not read here")
-        self.ragged = len(steps) == 2
+        self.ragged = len(steps) >= 2  # written as flat values and the row lengths of each level
+        self.levels = [f"{leaf.key}/ragged_row_lengths_{level}" for level in range(len(steps) - 1)]
+        self.full_shape: Shape = (*steps, *feature.shape)
         if isinstance(feature, Image):
-            if self.ragged:
-                raise _unsupported(leaf, "a Sequence of Sequences of images is not read here")
             self.kind = "image"
-            self.full_shape: Shape = (*steps, *feature.shape)
-            if not steps:
-                self.spec[leaf.key] = ImageSpec(_mode(feature))
+            if not steps and feature.dtype == "uint8":
+                self.spec[leaf.key] = ImageSpec(_mode(feature), dct=dct)  # decoded by the codec, in threads
             else:
-                self.spec[leaf.key] = _string_spec(steps)
+                self._bytes_spec()
             return
         self.text = isinstance(feature, Text)
         if feature.dtype == "string":
-            if len(feature.shape) > 1 or self.ragged or (feature.shape and steps):
-                raise _unsupported(leaf, "strings of more than one dimension are not read here")
+            if self.ragged or (feature.shape and steps) or None in feature.shape[1:]:
+                raise _unsupported(
+                    leaf, "strings in Sequences, or with a None dimension after the first, are not read here"
+                )
             self.kind = "string"
-            self.full_shape = (*steps, *feature.shape)
-            self.spec[leaf.key] = _string_spec(self.full_shape, str if self.text else bytes)
+            self.spec[leaf.key] = _string_spec(_flat(self.full_shape), str if self.text else bytes)
+            return
+        if isinstance(feature, Audio) and feature.lazy_decode:
+            if steps:
+                raise _unsupported(leaf, "Audio stored encoded in a Sequence is not read here")
+            self.kind = "audio"
+            self.spec[leaf.key] = FixedLen((), bytes)
             return
         if feature.encoding != "none":
             if self.ragged:
                 raise _unsupported(leaf, "encoded tensors in two levels of Sequence are not read here")
             self.kind = "encoded"
             self.dynamic = feature.shape.count(None) > 1
-            self.full_shape = (*steps, *feature.shape)
             value_key = leaf.key + "/value" if self.dynamic else leaf.key
             self.spec[value_key] = _string_spec(steps)
             if self.dynamic:
@@ -136,11 +142,17 @@ class _Converter:
             if None in feature.shape:
                 raise _unsupported(leaf, "a None dimension inside two levels of Sequence is not read here")
             self.spec[leaf.key + "/ragged_flat_values"] = _numeric_spec((None, *feature.shape), feature.dtype)
-            self.spec[leaf.key + "/ragged_row_lengths_0"] = VarLen(torch.int64)
-            self.full_shape = (*steps, *feature.shape)
+            self.spec.update(dict.fromkeys(self.levels, VarLen(torch.int64)))
             return
-        self.full_shape = (*steps, *feature.shape)
         self.spec[leaf.key] = _numeric_spec(self.full_shape, feature.dtype)
+
+    def _bytes_spec(self) -> None:
+        """Encoded values (images) read as bytes: per level of Sequence as TFDS wrote them."""
+        if not self.ragged:
+            self.spec[self.leaf.key] = _string_spec(self.leaf.steps)
+            return
+        self.spec[self.leaf.key + "/ragged_flat_values"] = FixedLenSequence((), bytes, allow_missing=True)
+        self.spec.update(dict.fromkeys(self.levels, VarLen(torch.int64)))
 
     # -- values ---------------------------------------------------------------------------
 
@@ -157,14 +169,38 @@ class _Converter:
         known = math.prod(d for d in shape if d is not None)
         return [numel // known if known and d is None else (0 if d is None else d) for d in shape]
 
+    def _image(self, blob: bytes) -> torch.Tensor:
+        image = self.leaf.feature
+        assert isinstance(image, Image)
+        channels = image.shape[-1] if image.shape else None
+        try:
+            return decode_tfds_image(blob, image.dtype, channels, self.dct)
+        except ValueError as error:
+            raise FeatureError(
+                f"feature {self.leaf.key!r} ({image.describe()}): {error}", key=self.leaf.key
+            ) from None
+
     def _image_stack(self, blobs: list[bytes]) -> torch.Tensor:
         image = self.leaf.feature
         assert isinstance(image, Image)
-        frames = [decode_image(blob, _mode(image)) for blob in blobs]
+        frames = [self._image(blob) for blob in blobs]
         if frames:
             return torch.stack(frames)
         height, width, channels = (d or 0 for d in (image.shape[-3:] if len(image.shape) >= 3 else (0, 0, 0)))
-        return torch.zeros((0, channels, height, width), dtype=torch.uint8)
+        return torch.zeros((0, channels, height, width), dtype=TORCH_DTYPES[image.dtype])
+
+    def _levels(self, columns: Mapping[str, Any]) -> list[list[int]]:
+        return [torch.as_tensor(columns[key]).tolist() for key in self.levels]
+
+    def _audio(self, blob: bytes) -> torch.Tensor:
+        audio = self.leaf.feature
+        assert isinstance(audio, Audio)
+        try:
+            return decode_audio(blob, audio.dtype, audio.shape[1] if len(audio.shape) > 1 else None)
+        except ValueError as error:
+            raise FeatureError(
+                f"feature {self.leaf.key!r} ({audio.describe()}): {error}", key=self.leaf.key
+            ) from None
 
     def _decode_tensor(self, blob: bytes, shape: list[int] | None) -> torch.Tensor:
         feature = self.leaf.feature
@@ -198,8 +234,22 @@ class _Converter:
     def sample(self, columns: Mapping[str, Any]) -> Any:
         key = self.leaf.key
         if self.kind == "image":
-            return columns[key] if not self.leaf.steps else self._image_stack(list(columns[key]))
+            if self.ragged:  # Sequences of Sequences of images: lists of [frames, C, H, W]
+                *outer, inner = self._levels(columns)
+                nested: Any = [
+                    self._image_stack(blobs) for blobs in _group(columns[key + "/ragged_flat_values"], inner)
+                ]
+                for lengths in reversed(outer):
+                    nested = _group(nested, lengths)
+                return nested
+            if self.leaf.steps:
+                return self._image_stack(list(columns[key]))
+            return columns[key] if self.leaf.feature.dtype == "uint8" else self._image(columns[key])
+        if self.kind == "audio":
+            return self._audio(columns[key])
         if self.kind == "string":
+            if len(self.leaf.feature.shape) > 1:  # [rows, *inner] as nested lists
+                return _nested(list(columns[key]), self.full_shape[1:])
             return columns[key]
         if self.kind == "encoded":
             if self.dynamic:
@@ -212,12 +262,15 @@ class _Converter:
             if not self.leaf.steps:
                 return self._decode_tensor(columns[key], None)
             return self._stack([self._decode_tensor(blob, None) for blob in columns[key]])
-        if self.ragged:
+        if self.ragged:  # two levels: a Ragged of the steps; each level more: a list around it
             values = self._cast(columns[key + "/ragged_flat_values"])
-            lengths = columns[key + "/ragged_row_lengths_0"]
-            offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
-            torch.cumsum(lengths, 0, out=offsets[1:])
-            return Ragged(values, offsets)
+            *outer, inner = self._levels(columns)
+            offsets = torch.zeros(len(inner) + 1, dtype=torch.int64)
+            torch.cumsum(torch.tensor(inner, dtype=torch.int64), 0, out=offsets[1:])
+            rows: Any = Ragged(values, offsets)
+            for lengths in reversed(outer):
+                rows = _group(rows, lengths)
+            return rows
         value = self._cast(columns[key])
         return value.reshape(self._shape_for(value.numel())) if isinstance(self.spec[key], VarLen) else value
 
@@ -229,9 +282,9 @@ class _Converter:
             if isinstance(column, Ragged):
                 return Ragged(self._cast(column.values), column.offsets)
             return self._cast(column)
-        if self.kind == "string":
+        if self.kind == "string" and len(self.leaf.feature.shape) <= 1:
             return columns[key]
-        if self.kind == "image" and not self.leaf.steps:
+        if self.kind == "image" and not self.leaf.steps and self.leaf.feature.dtype == "uint8":
             images = columns[key]
             return torch.stack(images) if None not in self.leaf.feature.shape and images else images
         rows = [self.sample({k: columns[k][i] for k in self.spec}) for i in range(size)]
@@ -241,6 +294,29 @@ class _Converter:
         if static and rows and all(isinstance(r, torch.Tensor) for r in rows):
             return torch.stack(rows)
         return rows
+
+
+def _flat(shape: Shape) -> Shape:
+    """The shape of the flat list TFDS writes for values of ``shape``: one dimension or none."""
+    if len(shape) <= 1:
+        return shape
+    return (None,) if None in shape else (math.prod(d for d in shape if d is not None),)
+
+
+def _nested(values: list[Any], inner: Shape) -> list[Any]:
+    """A flat list as nested lists of ``[len // prod(inner), *inner]``."""
+    for size in reversed(inner):
+        values = [values[i : i + size] for i in range(0, len(values), size)] if size else []
+    return values
+
+
+def _group(items: Any, lengths: list[int]) -> list[Any]:
+    """``items`` (a list or a Ragged) cut into consecutive groups of ``lengths``."""
+    groups, at = [], 0
+    for length in lengths:
+        groups.append(items[at : at + length])
+        at += length
+    return groups
 
 
 def _string_spec(shape: Shape, dtype: type[bytes] | type[str] = bytes) -> FeatureSpec:
@@ -269,15 +345,17 @@ class FeatureDecoder:
         features: the connector tree (:func:`parse_features`).
         batched: True when it is given decoded batches (the datasets' batch mode), False for
             samples.
+        dct: the inverse DCT of JPEG images: ``"fast"`` (TensorFlow's default, so the pixels
+            equal ``tfds.as_numpy``'s) or ``"accurate"`` (``INTEGER_ACCURATE``).
 
     Raises:
         UnsupportedFeatureError: a connector (or a nesting of one) that is not read here.
     """
 
-    def __init__(self, features: Feature, *, batched: bool) -> None:
+    def __init__(self, features: Feature, *, batched: bool, dct: DCT = "fast") -> None:
         self.features = features
         self.batched = batched
-        self.converters = [_Converter(leaf) for leaf in _leaves(features, (), ())]
+        self.converters = [_Converter(leaf, dct) for leaf in _leaves(features, (), ())]
         self.spec: dict[str, FeatureSpec] = {}
         for converter in self.converters:
             self.spec.update(converter.spec)

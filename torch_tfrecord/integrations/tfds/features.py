@@ -11,10 +11,14 @@ How TFDS stores each connector, and so how it is read back here:
   fixed length when the shape has no None, a flat list reshaped around its one None otherwise.
 - Tensor, ``encoding="bytes"`` / ``"zlib"``: the array's raw bytes (zlib-compressed), plus
   ``<key>/shape`` when more than one dimension is None.
-- Image: the encoded PNG / JPEG; Video: a Sequence of Images; Text: UTF-8 bytes.
+- Image: the encoded PNG / JPEG (uint16: a 16-bit PNG; float32: its bytes as an RGBA PNG);
+  LabeledImage: an Image of class ids; Video: a Sequence of Images; Text: UTF-8 bytes.
+- Translation: a Text per language; TranslationVariableLanguages: Sequences of ``language`` and
+  ``translation`` texts. Audio with ``lazy_decode``: the encoded file (wav, flac ...).
 - Sequence / Dataset (RLDS steps) of a feature: each of its keys holds the values of all
-  steps; two levels of Sequence write ``<key>/ragged_flat_values`` and
-  ``<key>/ragged_row_lengths_0``.
+  steps; two or more levels of Sequence write ``<key>/ragged_flat_values`` and
+  ``<key>/ragged_row_lengths_0`` (``_1`` ... for each deeper level).
+- features.json of TFDS before 4.0 (``type`` / ``content``) is read through :mod:`.legacy`.
 """
 
 from __future__ import annotations
@@ -26,8 +30,10 @@ from typing import Any
 import torch
 
 from ...errors import SpecError
+from .legacy import from_legacy
 
 __all__ = [
+    "Audio",
     "ClassLabel",
     "Feature",
     "FeaturesDict",
@@ -111,6 +117,21 @@ class Tensor(Feature):
 
 
 @dataclasses.dataclass(frozen=True)
+class Audio(Tensor):
+    """Audio: samples of ``shape`` (``(length,)`` or ``(length, channels)``), stored as samples,
+    or (``lazy_decode``) as the encoded file (``file_format``: wav, flac ...) decoded on reading."""
+
+    file_format: str | None = None
+    lazy_decode: bool = False
+
+    def describe(self) -> str:
+        text = super().describe()
+        if self.lazy_decode:
+            text = text[:-1] + f", file_format={self.file_format}, lazy_decode=True)"
+        return text
+
+
+@dataclasses.dataclass(frozen=True)
 class ClassLabel(Tensor):
     """An int64 class id; ``names`` from ``<feature>.labels.txt`` (None when TFDS kept none)."""
 
@@ -146,14 +167,22 @@ class Text(Tensor):
 
 @dataclasses.dataclass(frozen=True)
 class Image(Feature):
-    """An encoded image (``encoding_format`` png / jpeg) of ``shape`` (height, width, channels)."""
+    """An encoded image (``encoding_format`` png / jpeg) of ``shape`` (height, width, channels).
+
+    ``dtype`` uint8, uint16 (16-bit PNG) or float32 (one channel, its bytes stored as the four
+    channels of an 8-bit PNG). A LabeledImage (a segmentation mask) is an Image whose values are
+    class ids: ``names`` from ``<feature>.labels.txt``.
+    """
 
     shape: Shape = (None, None, 3)
     dtype: str = "uint8"
     encoding_format: str | None = None
+    names: tuple[str, ...] | None = None
 
     def describe(self) -> str:
-        return f"Image(shape={_shape_text(self.shape)}, dtype={self.dtype}, format={self.encoding_format})"
+        return (
+            f"{self.kind}(shape={_shape_text(self.shape)}, dtype={self.dtype}, format={self.encoding_format})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,13 +283,10 @@ def parse_features(
     """
     labels = labels or {}
     where = f"feature {path!r}" if path else "features.json"
+    if "type" in document and "content" in document and "pythonClassName" not in document:
+        document = from_legacy(document, where)  # TFDS before 4.0
     class_name = str(document.get("pythonClassName", document.get("type", "")))
     kind = class_name.rsplit(".", 1)[-1]
-    if "type" in document and "content" in document and "pythonClassName" not in document:
-        raise UnsupportedFeatureError(
-            f"{where}: this features.json is in the format of TFDS before 4.0 ('type' / 'content'); "
-            "prepare the dataset again with a newer tensorflow-datasets"
-        )
     fields = [key for key in document if key not in ("pythonClassName", "description", "valueRange")]
     if len(fields) != 1:
         raise UnsupportedFeatureError(
@@ -298,12 +324,21 @@ def parse_features(
         return Text("Text", (), "string")
     if field == "image":
         dtype = _dtype(body, where, "uint8")
-        if dtype != "uint8":
-            raise UnsupportedFeatureError(
-                f"{where}: Image of dtype {dtype} (only uint8 images are read here)"
-            )
         shape = _shape(body, where) or (None, None, 3)
-        return Image(kind or "Image", shape, dtype, body.get("encodingFormat") or None)
+        if dtype not in ("uint8", "uint16", "float32") or (dtype == "float32" and shape[-1:] != (1,)):
+            raise UnsupportedFeatureError(
+                f"{where}: connector {kind or 'Image'} of dtype {dtype} and shape {_shape_text(shape)} "
+                "(TFDS writes uint8, uint16 and one-channel float32 images)"
+            )
+        return Image(kind or "Image", shape, dtype, body.get("encodingFormat") or None, labels.get(path))
+    if field == "translation":
+        languages = [str(language) for language in body.get("languages", [])]
+        if body.get("variableLanguagesPerExample"):
+            text = Sequence("Sequence", Text("Text", (), "string"))
+            return FeaturesDict(kind, {"language": text, "translation": text})
+        return FeaturesDict(
+            kind or "Translation", {language: Text("Text", (), "string") for language in languages}
+        )
     if field == "video":
         dtype = _dtype(body, where, "uint8")
         if dtype != "uint8":
@@ -314,18 +349,15 @@ def parse_features(
         frame = Image("Image", shape[1:], dtype, body.get("encodingFormat") or None)
         return Sequence(kind or "Video", frame, shape[0] if shape else None)
     if field == "audio":
-        if body.get("lazyDecode"):
-            raise UnsupportedFeatureError(
-                f"{where}: Audio stored encoded (lazy_decode=True) needs an audio decoder; only Audio "
-                "stored as samples is read here"
-            )
         rate = body.get("sampleRate")
-        return Tensor(
+        return Audio(
             "Audio",
             _shape(body, where),
             _dtype(body, where, "int64"),
             _encoding(body),
             None if rate is None else int(rate),
+            body.get("fileFormat") or None,
+            bool(body.get("lazyDecode")),
         )
     raise UnsupportedFeatureError(
         f"{where}: the connector {kind or field} ({field!r} in features.json) is not supported by "

@@ -12,14 +12,22 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...errors import SourceNotFoundError, TFRecordError
 from ...records import remote
-from ...records.io import StorageOptions, exists, is_url, join, local_path, open_binary
+from ...records.io import StorageOptions, exists, expand_sources, is_url, join, local_path, open_binary
 
-__all__ = ["DatasetInfo", "SplitInfo", "TFDSFormatError", "is_tfds_dir", "read_info", "resolve_version_dir"]
+__all__ = [
+    "DatasetInfo",
+    "SplitInfo",
+    "TFDSFormatError",
+    "expand_with_tfds",
+    "is_tfds_dir",
+    "read_info",
+    "resolve_version_dir",
+]
 
 _DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
@@ -262,3 +270,23 @@ def resolve_version_dir(
         versions = sorted(v for v in _listdir(root, storage_options) if _VERSION.match(v))
         raise SourceNotFoundError(f"no version {version!r} of {root!r}; found {versions or 'none'}")
     return candidate
+
+
+def expand_with_tfds(
+    paths: Sequence[str], storage_options: StorageOptions = None
+) -> tuple[list[str], dict[str, int]]:
+    """The data files of ``paths`` (files, globs, directories, URLs); a TFDS version directory
+    stands for its shards, split by split, and the records ``dataset_info.json`` says each holds
+    are returned beside them (``{shard path: records}``)."""
+    files: list[str] = []
+    expected: dict[str, int] = {}
+    for path in paths:
+        if not is_tfds_dir(path, storage_options):
+            files.extend(expand_sources(path, storage_options))
+            continue
+        info = read_info(path, storage_options)
+        for name, split in info.splits.items():
+            shards = info.shard_paths(name)
+            files.extend(shards)
+            expected.update(zip(shards, split.shard_lengths, strict=True))
+    return files, expected

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
 from ...data.remote_shards import CacheDir, make_cache
@@ -19,7 +20,7 @@ from ...data.shard_index import IndexArg, resolve_index
 from ...data.shards import RecordFiles
 from ...records.io import StorageOptions
 from .decoder import FeatureDecoder
-from .features import ClassLabel, Feature, FeaturesDict, Sequence, parse_features
+from .features import ClassLabel, Feature, FeaturesDict, Image, Sequence, parse_features
 from .info import DatasetInfo, TFDSFormatError, read_info, read_lines, resolve_version_dir
 from .splits import parse_split, shard_ranges
 
@@ -35,7 +36,10 @@ def _class_label_paths(feature: Feature, path: str = "") -> list[str]:
         ]
     if isinstance(feature, Sequence):
         return _class_label_paths(feature.feature, path)
-    return [path] if isinstance(feature, ClassLabel) else []
+    labeled = isinstance(feature, ClassLabel) or (
+        isinstance(feature, Image) and feature.kind == "LabeledImage"
+    )
+    return [path] if labeled else []
 
 
 def load_features(info: DatasetInfo, storage_options: StorageOptions = None) -> Feature:
@@ -173,6 +177,7 @@ def from_tfds(
     cache_dir: CacheDir = None,
     cache_limit: int | str | None = None,
     transform: Callable[..., Any] | None = None,
+    dct: DCT = "fast",
     **dataset_kwargs: Any,
 ) -> TFDSDataset | IndexedTFDSDataset:
     """A TFDS-prepared dataset as a dataset, with no TensorFlow and no spec to write.
@@ -192,6 +197,10 @@ def from_tfds(
         index, storage_options, cache_dir, cache_limit: as for
             :class:`~torch_tfrecord.TFRecordDataset`.
         transform: runs on TFDS's values (a sample, or a batch in batch mode).
+        dct: the inverse DCT of JPEG images. ``"fast"`` (the default) is TensorFlow's default,
+            so images equal ``tfds.as_numpy``'s value for value (it needs simplejpeg: the
+            ``vision`` or ``fastjpeg`` extra); ``"accurate"`` is TensorFlow's
+            ``INTEGER_ACCURATE`` (and torchvision's and Pillow's pixels).
         **dataset_kwargs: any other argument of the dataset (``batch_size``, ``shuffle``,
             ``seed``, ``rank`` ...).
 
@@ -209,7 +218,7 @@ def from_tfds(
     info = read_info(version_dir, storage_options)
     features = load_features(info, storage_options)
     batched = not indexed and dataset_kwargs.get("batch_size") is not None
-    decoder = FeatureDecoder(features, batched=batched)
+    decoder = FeatureDecoder(features, batched=batched, dct=dct)
     files = split_files(info, split, index, storage_options, cache_dir, cache_limit)
     kwargs = {"spec": decoder.spec, "transform": _transform(decoder, transform), **dataset_kwargs}
     if indexed:

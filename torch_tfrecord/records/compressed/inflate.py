@@ -1,12 +1,15 @@
 """Reading GZIP / ZLIB shards by record: one inflating pass to index them, seek points to reach
 a record without inflating from byte 0, and ranges of the uncompressed stream read in order.
 
-Seek points come from rapidgzip (optional extra ``compressed``; imported lazily): it reads GZIP
+Everything here works with Python's ``zlib`` alone. Seek points stored in the index come from
+rapidgzip (optional extra ``compressed``; imported lazily) where it is installed: it reads GZIP
 *and* ZLIB streams (indexed_gzip reads only GZIP), inflates with ISA-L about as fast as zlib on one
 thread, and exports / imports its checkpoints (bit offset + 32 KiB window each) in indexed_gzip's
 GZIDX format, which :mod:`torch_tfrecord.records.compressed.index` stores. Python's own ``zlib`` cannot
-start inflating at a bit offset (no ``inflatePrime``), so persisted checkpoints need such a
-library.
+start inflating at a bit offset (no ``inflatePrime``), so without rapidgzip an index has no seek
+points, and a reader keeps checkpoints of its own in memory as it inflates
+(:class:`~torch_tfrecord.records.inflating.InflatingReader`): the first read of a shard's far end
+inflates the stream up to it once, later ones start from the nearest checkpoint.
 
 Records are read from such a shard by :class:`~.shard.CompressedShard`.
 """
@@ -39,7 +42,14 @@ from ..reader import OnError, ReadStats
 from ..scan import Span, scan
 from .index import CompressedIndex, read_tail
 
-__all__ = ["CHECKPOINT_SPACING", "SEGMENT", "build_compressed_index", "error_text", "open_inflater"]
+__all__ = [
+    "CHECKPOINT_SPACING",
+    "SEGMENT",
+    "build_compressed_index",
+    "error_text",
+    "has_rapidgzip",
+    "open_inflater",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +57,16 @@ SEGMENT = 1 << 20
 """Bytes of uncompressed stream inflated and cached at a time."""
 CHECKPOINT_SPACING = 4 << 20
 """Compressed bytes between seek points by default (rapidgzip's chunk size)."""
+
+
+def has_rapidgzip() -> bool:
+    """Whether rapidgzip imports: it makes the seek points; without it, a shard is inflated with
+    Python's zlib, from in-memory checkpoints (:mod:`.shard`)."""
+    try:
+        import rapidgzip  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _rapidgzip() -> Any:
@@ -134,14 +154,16 @@ def build_compressed_index(
     tail = read_tail(name, size, storage_options)
     span = Span(name, 0, None, None, first_record=0)
     damaged = ""  # the error that ends the records of a damaged file read with on_error="skip"
-    fast = _scan_with_seek_points(name, span, size, verify_crc, spacing, storage_options)
+    fast = None
+    if has_rapidgzip():
+        fast = _scan_with_seek_points(name, span, size, verify_crc, spacing, storage_options)
     if fast is not None:
         sizes, seek_points = fast
     else:
-        # Damaged or cut short: rapidgzip loses a damaged chunk whole (and may take a stream
-        # cut short for a shorter one), so inflate again with zlib, which reads up to the
-        # damage, to name the exact record (or keep every record before it). Such a file has
-        # no seek points: it is read from byte 0.
+        # No rapidgzip, or a file damaged or cut short: rapidgzip loses a damaged chunk whole
+        # (and may take a stream cut short for a shorter one), so inflate with zlib, which
+        # reads up to the damage, to name the exact record (or keep every record before it).
+        # Such an index has no seek points: readers inflate with zlib from checkpoints they keep.
         sizes, seek_points = array("q"), b""
         with open_records_stream(name, compression, storage_options) as stream:  # type: ignore[arg-type]
             try:

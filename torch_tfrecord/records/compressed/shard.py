@@ -15,17 +15,17 @@ import weakref
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
-from contextlib import ExitStack
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ...errors import CorruptRecordError, TruncatedRecordError
 from ...support import extension as _extension
-from ..io import StorageOptions, open_records_stream
+from ..inflating import InflatingReader
+from ..io import StorageOptions, open_binary
 from .index import CompressedIndex
-from .inflate import SEGMENT, error_text, open_inflater
+from .inflate import SEGMENT, error_text, has_rapidgzip, open_inflater
 
 __all__ = ["CompressedShard"]
 
@@ -35,11 +35,17 @@ _MIN_CACHE = 2 * SEGMENT
 # slice about 0.4 us: the gather pays only for tiny scattered records).
 _GATHER_FROM = 32
 _GATHER_BELOW = 64
+_ZLIB_CHECKPOINT = SEGMENT
+"""Uncompressed bytes between the in-memory checkpoints of a shard inflated with Python's zlib
+(about 40 KiB each: 4% of the stream inflated so far). 4 MiB apart, a block shuffle of 8,192
+records read 0.39 times as fast as through rapidgzip's seek points; 1 MiB apart, as fast
+(benchmarks/bench_compressed.py --plain-install)."""
 
 
 # Open inflaters of this process. rapidgzip runs threads: one still open when the interpreter
-# ends aborts it, and one copied into a forked child has lost them. So all are closed at exit
-# and before a fork (they reopen, from a seek point, on their next read).
+# ends aborts it, and one copied into a forked child has lost them; a zlib one's file offset
+# would be shared with the child. So all are closed at exit and before a fork (they reopen, from
+# a seek point or byte 0, on their next read).
 _OPEN: weakref.WeakSet[CompressedShard] = weakref.WeakSet()
 _OPEN_LOCK = threading.Lock()
 
@@ -56,41 +62,43 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_close_all)
 
 
-class _InflatedFromStart:
-    """The uncompressed stream through Python's zlib, from byte 0: for a shard without seek
-    points (one found damaged), read in order; seeking back starts over."""
+class _ZlibInflater:
+    """The uncompressed stream through Python's zlib (no seek points, or no rapidgzip): read in
+    order, with a checkpoint of the inflater every :data:`_ZLIB_CHECKPOINT` bytes on the way, so
+    that a seek starts from the nearest checkpoint before its target, never from byte 0 twice."""
 
     def __init__(self, path: str, compression: str, storage_options: StorageOptions) -> None:
-        self._args = (path, compression, storage_options)
-        self._stack = ExitStack()
-        self._stream: BinaryIO = self._stack.enter_context(open_records_stream(*self._args))  # type: ignore[arg-type]
-        self._position = 0
+        self._reader = InflatingReader(open_binary(path, storage_options), compression)
+        self._checkpoints = [self._reader.checkpoint()]  # by position, one per _ZLIB_CHECKPOINT bytes
+        self.inflated = 0  # uncompressed bytes produced, seeks included
 
     def tell(self) -> int:
-        return self._position
+        return self._reader.position
 
     def seek(self, offset: int) -> None:
-        if offset < self._position:
-            self.close()
-            self.__init__(*self._args)  # type: ignore[misc]
-        while self._position < offset:
-            self.read(min(offset - self._position, SEGMENT))
+        nearest = self._checkpoints[min(offset // _ZLIB_CHECKPOINT, len(self._checkpoints) - 1)]
+        if not nearest.position <= self.tell() <= offset:
+            self._reader.restore(nearest)
+        while self.tell() < offset:
+            if not self.read(min(offset - self.tell(), SEGMENT)):
+                break
 
     def read(self, size: int) -> bytes:
         pieces = []
         wanted = size
         while wanted > 0:
-            piece = self._stream.read(wanted)
+            piece = self._reader.read(min(wanted, _ZLIB_CHECKPOINT - self.tell() % _ZLIB_CHECKPOINT))
             if not piece:
                 break
             pieces.append(piece)
             wanted -= len(piece)
-        data = b"".join(pieces)
-        self._position += len(data)
-        return data
+            self.inflated += len(piece)
+            if self.tell() == len(self._checkpoints) * _ZLIB_CHECKPOINT:
+                self._checkpoints.append(self._reader.checkpoint())
+        return b"".join(pieces)
 
     def close(self) -> None:
-        self._stack.close()
+        self._reader.close()
 
 
 def _spans(starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -244,14 +252,14 @@ class CompressedShard:
         length = min(SEGMENT, self.index.uncompressed_size - begin)
         try:
             if self._file is None:
-                if self.index.seek_points:
+                if self.index.seek_points and has_rapidgzip():
                     self._file = open_inflater(
                         self.path, self.storage_options, self.index.seek_points, self.index.spacing
                     )
-                    with _OPEN_LOCK:
-                        _OPEN.add(self)
-                else:
-                    self._file = _InflatedFromStart(self.path, self.index.compression, self.storage_options)
+                else:  # a plain install, or an index without seek points (a damaged file's)
+                    self._file = _ZlibInflater(self.path, self.index.compression, self.storage_options)
+                with _OPEN_LOCK:
+                    _OPEN.add(self)
             if self._file.tell() != begin:
                 self._file.seek(begin)
             segment = bytes(self._file.read(length))

@@ -1,0 +1,226 @@
+"""The viewer's page driven in a real browser: Playwright for Python and Debian's chromium
+(``/usr/bin/chromium``; ``.ci/run`` installs it), against ``torch-tfrecord view`` started for real."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from viewer_data import GREY, damage_record, write_detection, write_segmentation
+from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
+
+from torch_tfrecord.records.index import default_index_path, load_index
+
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
+)
+playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
+expect = playwright_api.expect
+pytest.importorskip("PIL", reason="the test data's images need Pillow")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("viewer")
+    detection = write_detection(root / "detection")
+    segmentation = write_segmentation(root / "segmentation")
+    (root / "damaged").mkdir()
+    damaged = Path(shutil.copy(detection, root / "damaged" / "damaged.tfrecord"))
+    damage_record(damaged, 5)
+    return {"detection": detection, "segmentation": segmentation, "damaged": damaged}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def viewer(data: dict[str, Path]) -> Iterator[str]:
+    paths = [str(data["detection"].parent), str(data["segmentation"]), str(data["damaged"])]
+    with running_viewer(*paths) as (url, _):
+        yield url
+
+
+@pytest.fixture
+def page(browser: Any, viewer: str) -> Iterator[Any]:
+    """A page of the viewer that records every request it makes."""
+    context = browser.new_context()
+    page = context.new_page()
+    page.requests = []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.viewer = viewer
+    yield page
+    host = urllib.parse.urlsplit(viewer).netloc
+    outside = [url for url in page.requests if urllib.parse.urlsplit(url).netloc != host]
+    assert page.requests and not outside, f"requests to elsewhere: {outside}"
+    context.close()
+
+
+def _open(page: Any, fragment: str) -> None:
+    page.goto(f"{page.viewer}#{fragment}")
+
+
+def _numbers(page: Any) -> list[int]:
+    return [
+        int(n) for n in page.locator("article.record").evaluate_all("els => els.map(e => e.dataset.number)")
+    ]
+
+
+def test_records_are_paged(page: Any) -> None:
+    _open(page, "records/0/0")
+    page.wait_for_selector("#range")
+    assert page.inner_text("#range") == "records 0\u201319 of 60"
+    assert _numbers(page) == list(range(20))
+    page.click("#next")
+    expect(page.locator("#range")).to_have_text("records 20\u201339 of 60")
+    assert _numbers(page) == list(range(20, 40))
+    assert page.locator("#record-25 tr[data-key='caption'] .values").inner_text() == '"record number 25"'
+    page.click("#last")
+    expect(page.locator("#range")).to_have_text("records 40\u201359 of 60")
+    assert _numbers(page)[-1] == 59
+
+
+def test_jump_to_a_record_and_to_a_byte_offset(page: Any, data: dict[str, Path]) -> None:
+    _open(page, "records/0/0")
+    page.fill("#jump-record", "45")
+    page.press("#jump-record", "Enter")
+    page.wait_for_selector("#record-45.target")
+    assert _numbers(page)[0] == 45
+    offset = int(load_index(default_index_path(str(data["detection"])))[11, 0])
+    page.fill("#jump-offset", str(offset + 20))  # a byte inside record 11
+    page.press("#jump-offset", "Enter")
+    page.wait_for_selector("#record-11.target")
+    assert _numbers(page)[0] == 11
+    assert f"byte {offset:,}" in page.inner_text("#record-11 h3")
+
+
+def _pixels(page: Any, selector: str, points: list[tuple[int, int]]) -> list[tuple[int, ...]]:
+    page.wait_for_selector(f"{selector}[data-ready='1']")
+    script = """([selector, points]) => {
+        const canvas = document.querySelector(selector);
+        const ctx = canvas.getContext('2d');
+        return points.map(([x, y]) => Array.from(ctx.getImageData(x, y, 1, 1).data.slice(0, 3)));
+    }"""
+    return [tuple(p) for p in page.evaluate(script, [selector, points])]
+
+
+def test_an_image_with_its_box_drawn_at_the_right_pixels(page: Any) -> None:
+    # Record 0: a grey 64x48 image, its box from (16, 12) to (48, 36), class 1 (green, line 2 px).
+    _open(page, "records/0/0")
+    green = (60, 180, 75)
+    left, right, outside, inside = (16, 32), (47, 32), (14, 32), (32, 32)  # the name's tab: y 14-29
+    pixels = _pixels(
+        page, "#record-0 canvas", [left, (17, 32), right, (46, 32), (32, 35), outside, inside, (18, 32)]
+    )
+    assert pixels[:5] == [green] * 5
+    assert pixels[5:] == [GREY] * 3
+    assert page.locator("#record-0 canvas").evaluate("c => [c.width, c.height]") == [64, 48]
+
+
+def test_a_class_mask_laid_over_its_image(page: Any) -> None:
+    # The black 40x30 image's mask holds class 3 (Pascal VOC's olive, 128,128,0) for x, y in [10, 20).
+    _open(page, "records/1/0")
+    inside, outside = _pixels(page, "#record-0 canvas", [(15, 15), (5, 5)])
+    assert all(abs(a - b) <= 2 for a, b in zip(inside, (64, 64, 0), strict=True)), inside
+    assert outside == (0, 0, 0)
+
+
+def test_the_schema(page: Any) -> None:
+    _open(page, "schema")
+    page.wait_for_selector("table.schema")
+    assert page.inner_text("h2") == "Schema (from 122 records)"  # 60 + 3 + 59 intact ones
+    assert page.inner_text("tr[data-key='image/encoded'] td:nth-child(2)") == "Image"
+    assert "torch.int64" in page.inner_text("tr[data-key='label']")  # not in the segmentation records
+    assert "VarLen" in page.inner_text("tr[data-key='image/object/bbox/xmin']")
+    assert "'caption': tt.VarLen(dtype=bytes)" in page.inner_text("pre")
+
+
+def test_a_filter_links_to_the_records_it_found(page: Any) -> None:
+    _open(page, "search/" + urllib.parse.quote("label == 3"))
+    expect(page.locator("#search-state")).to_have_text(re.compile("done$"))
+    links = page.locator("#matches a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    # detection.tfrecord (file 0) and its damaged copy (file 2, record 5 unreadable), records 3, 8, ...
+    assert links[:12] == [f"#records/0/{n}" for n in range(3, 60, 5)]
+    assert links[12:] == [f"#records/2/{n}" for n in range(3, 60, 5)]
+    page.click("#matches a >> nth=1")
+    page.wait_for_selector("#record-8.target")
+    assert page.locator("#record-8 tr[data-key='label'] .values").inner_text() == "3"
+
+
+def test_statistics_finish_and_count_values(page: Any) -> None:
+    _open(page, "statistics")
+    expect(page.locator("#stats-state")).to_have_text("complete", timeout=20_000)
+    assert page.inner_text("h2").startswith("Statistics of 122 records")
+    row = page.locator("#statistics tr[data-key='label']")
+    assert row.locator(".present").inner_text() == "119 (98%)"  # not in the 3 segmentation records
+    top = row.locator(".top div").all_inner_texts()
+    # each label value in 12 records of each copy, but record 5 (label 0) of the damaged one is lost
+    assert sorted(top) == [f"{label} \u00d7{24 - (label == 0)}" for label in range(5)]
+    heights = row.locator(".bars div").evaluate_all("bars => bars.map(b => b.offsetHeight)")
+    assert len(heights) == 20 and max(heights) == 40 and sorted(heights)[-6] == 1  # 5 values of 20 bins
+
+
+def test_a_damaged_file_is_shown_as_damaged(page: Any) -> None:
+    _open(page, "files")
+    expect(page.locator("#files .badge.bad")).to_have_count(1)
+    row = page.locator("#files tr.damaged")
+    assert "damaged.tfrecord" in row.inner_text() and "CRC" in row.inner_text()
+    _open(page, "records/2/0")
+    page.wait_for_selector("#record-5.damaged")
+    assert "CRC" in page.inner_text("#record-5")
+    assert _numbers(page) == list(range(20))  # the others read as they are
+    assert page.locator("#record-6 canvas").count() == 1
+
+
+@pytest.fixture(scope="module")
+def s3_shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
+    """A 10 MB detection shard and its index on a local S3 emulator, behind a proxy that counts
+    requests; yields its URL, the storage options as JSON, and the proxy."""
+    pytest.importorskip("s3fs", reason="needs the remote extra")
+    pytest.importorskip("moto", reason="needs moto[server]")
+    import json
+
+    import fsspec
+    from remote_servers import FaultProxy, moto_server, s3_options
+
+    folder = tmp_path_factory.mktemp("remote")
+    path = write_detection(folder, records=200, name="big.tfrecord", padding=48 << 10)
+    with moto_server() as endpoint, FaultProxy(endpoint) as proxy:
+        options = s3_options(proxy.url)
+        filesystem = fsspec.filesystem("s3", **options)
+        filesystem.mkdir("bucket")
+        filesystem.put(str(path), "bucket/data/big.tfrecord")
+        filesystem.put(str(path) + ".idx", "bucket/data/big.tfrecord.idx")
+        yield "s3://bucket/data/big.tfrecord", json.dumps(options), proxy
+
+
+def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple[str, str, Any]) -> None:
+    url, options, proxy = s3_shard
+    proxy.reset()
+    with running_viewer(url, "--storage-options", options) as (viewer, _):
+        context = browser.new_context()
+        page = context.new_page()
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(urllib.parse.urlsplit(request.url).netloc))
+        page.goto(f"{viewer}#records/0/0")
+        page.wait_for_selector("#record-19 canvas[data-ready='1']")
+        first = dict(proxy.requests), proxy.ranged_gets
+        assert page.inner_text("#range") == "records 0\u201319 of 200"
+        page.click("#last")
+        page.wait_for_selector("#record-199 canvas[data-ready='1']")
+        last = dict(proxy.requests), proxy.ranged_gets
+        context.close()
+    assert set(asked) == {urllib.parse.urlsplit(viewer).netloc}  # the browser asks the viewer only
+    # the first page, its 20 images included: the index, the file's first bytes (is it compressed?)
+    # and one range of the 10 MB shard; the last page: one more range
+    assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
+    assert last[0].get("GET", 0) - first[0].get("GET", 0) == 1 and last[1] - first[1] == 1, (first, last)

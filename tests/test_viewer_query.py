@@ -1,0 +1,51 @@
+"""The viewer's filter: clauses, words, lists matching on any value, and filters that do not parse."""
+
+from __future__ import annotations
+
+import pytest
+
+from torch_tfrecord.viewer.query import QueryError, parse_query
+
+RECORD = {
+    "label": ("int64", [3]),
+    "score": ("float", [0.25, 0.75]),
+    "image/object/class/text": ("bytes", [b"Dog", b"cat"]),
+    "id": ("bytes", [b"12"]),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "matches"),
+    [
+        ("label == 3", True),
+        ("label==3", True),
+        ("label != 3", False),
+        ("label >= 3 and label < 4", True),
+        ("label == 4", False),
+        ("score > 0.5", True),  # any value of a list
+        ("score > 0.8", False),
+        ("image/object/class/text == cat", True),
+        ("image/object/class/text == 'Dog'", True),
+        ("image/object/class/text ~ dog", True),  # contains, ignoring case
+        ("image/object/class/text == dog", False),
+        ("id == 12", True),  # a number compared with text as the text it reads as
+        ("missing == 1", False),
+        ("dog", True),  # a word in a text value
+        ("class/text", True),  # a word in a key
+        ("horse", False),
+        ("label == 3 and horse", False),
+    ],
+)
+def test_filters(text: str, matches: bool) -> None:
+    assert parse_query(text).matches(RECORD) is matches
+
+
+def test_a_record_that_is_not_an_example_never_matches() -> None:
+    assert not parse_query("label == 3").matches(None)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "label ==", "== 3", "label >"])
+def test_filters_that_do_not_parse_say_so(text: str) -> None:
+    with pytest.raises(QueryError) as caught:
+        parse_query(text)
+    assert isinstance(caught.value, ValueError)

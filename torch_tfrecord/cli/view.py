@@ -1,0 +1,67 @@
+"""``torch-tfrecord view``: browse TFRecord files in a web page served on 127.0.0.1."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+from .options import add_command, add_storage_options, storage_options
+
+__all__ = ["add_view_command"]
+
+
+def add_view_command(commands: Any) -> list[argparse.ArgumentParser]:
+    """Adds ``view`` to ``commands``; returns its parser in a list."""
+    view = add_command(
+        commands,
+        "view",
+        "browse records, schema and statistics in a local web page (127.0.0.1, a free port; Ctrl-C stops it)",
+        "torch-tfrecord view 'data/train-*.tfrecord'\n"
+        "torch-tfrecord view ~/tensorflow_datasets/mnist/3.0.1 --open",
+    )
+    view.add_argument("paths", nargs="+", help="files, globs, directories, TFDS directories or URLs")
+    view.add_argument("--port", type=int, default=0, help="the port (default: a free one)")
+    view.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default: 127.0.0.1); any other needs the token in the printed URL",
+    )
+    view.add_argument("--open", action="store_true", help="open the page in the default browser")
+    view.add_argument(
+        "--stats-records",
+        type=int,
+        default=100_000,
+        help="records the statistics look at, at most (default: 100000)",
+    )
+    add_storage_options(view)
+    view.set_defaults(run=cmd_view)
+    return [view]
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from ..viewer import Catalog, make_server
+
+    logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # the page lists the damage
+    catalog = Catalog(args.paths, storage_options(args), stats_records=args.stats_records)
+    server = make_server(catalog, args.host, args.port)
+    catalog.start()
+    print(
+        f"torch-tfrecord view: {len(catalog.shards)} file(s) at {server.url}  (Ctrl-C stops it)", flush=True
+    )
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(server.url)
+    # Ctrl-C stops it even when started where SIGINT was ignored (a background job of a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        print("torch-tfrecord view: stopped", file=sys.stderr, flush=True)
+    finally:
+        server.server_close()
+        catalog.close()
+    return 0

@@ -1,0 +1,268 @@
+"""What the viewer serves, apart from HTTP: the files given, their pages of records, the schema,
+the statistics gathered in the background, and filtered searches through the records.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ..codec.inspect import describe_record, show_key
+from ..codec.label_map import class_names_beside
+from ..codec.survey import survey_records
+from ..errors import TFRecordError
+from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
+from ..support.extras import install_hint
+from .query import parse_query
+from .record_view import image_type, view_record
+from .shard import RecordRead, Shard
+from .statistics import FeatureStatistics
+
+__all__ = ["Catalog", "ViewerError"]
+
+logger = logging.getLogger(__name__)
+
+PAGE_LIMIT = 200  # records one request may ask for
+SCHEMA_RECORDS = 1000  # records the schema is inferred from, as `torch-tfrecord schema` does
+_SEARCH_CHUNK = 256
+_SEARCH_SECONDS = 1.5  # a search answers within about this long, with where to go on from
+
+
+class ViewerError(TFRecordError, LookupError):
+    """A request for a file, record or feature that is not there."""
+
+
+class Catalog:
+    """The files of one ``torch-tfrecord view``, and what the page asks of them.
+
+    Args:
+        paths: files, globs, directories, TFDS directories or URLs.
+        storage_options: for URLs.
+        stats_records: records the statistics look at, at most (across all files).
+    """
+
+    def __init__(
+        self,
+        paths: Sequence[str],
+        storage_options: dict[str, Any] | None = None,
+        stats_records: int = 100_000,
+    ) -> None:
+        self.paths = list(paths)
+        self.storage_options = storage_options
+        files, expected = expand_with_tfds(self.paths, storage_options)
+        if not files:
+            raise ViewerError(f"no TFRecord files in {', '.join(map(repr, self.paths))}")
+        self.shards = [Shard(path, storage_options, expected.get(path)) for path in files]
+        local = [p for p in self.paths if "://" not in p]
+        self.class_names = next((n for n in map(class_names_beside, local) if n), {})
+        self.stats_records = stats_records
+        self._statistics = FeatureStatistics()
+        self._stats_done = False
+        self._stats_thread: threading.Thread | None = None
+        self._schema: dict[str, Any] | None = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Loads or builds every file's index in the background."""
+        for shard in self.shards:
+            shard.start()
+
+    def close(self) -> None:
+        for shard in self.shards:
+            shard.close()
+
+    def shard(self, file: int) -> Shard:
+        if not 0 <= file < len(self.shards):
+            raise ViewerError(f"no file {file}: there are {len(self.shards)}")
+        return self.shards[file]
+
+    def files(self) -> dict[str, Any]:
+        """The files page: each file's size, records and index state, and the damage found."""
+        return {"paths": self.paths, "files": [shard.describe() for shard in self.shards]}
+
+    def records(self, file: int, start: int, count: int) -> dict[str, Any]:
+        """A page of records of one file; ``pending`` while the index needed for it is built."""
+        if not 0 < count <= PAGE_LIMIT:
+            raise ViewerError(f"{count=} must be in 1..{PAGE_LIMIT}")
+        shard = self.shard(file)
+        reads = shard.read(max(start, 0), count)
+        page: dict[str, Any] = {"file": file, "start": start, "total": shard.record_count()}
+        page["shard"] = shard.describe()
+        if reads is None:
+            return {**page, "pending": True, "records": []}
+        page["records"] = [self._view(read) for read in reads]
+        return {**page, "pending": False}
+
+    def _view(self, read: RecordRead) -> dict[str, Any]:
+        where = {"number": read.number, "offset": read.offset, "framed_size": read.framed_size}
+        if read.payload is None:
+            return {**where, "error": read.error}
+        return {**where, "error": None, **view_record(read.payload, self.class_names)}
+
+    def locate(self, file: int, offset: int) -> dict[str, Any]:
+        """The record holding byte ``offset`` of a file (``pending`` until its index is ready)."""
+        shard = self.shard(file)
+        if offset < 0 or offset >= max(shard.size, 1):
+            raise ViewerError(f"byte {offset} is outside {shard.path!r} ({shard.size:,} bytes)")
+        record = shard.locate(offset)
+        return {"file": file, "offset": offset, "record": record, "pending": record is None}
+
+    def _payload(self, file: int, record: int) -> bytes:
+        reads = self.shard(file).read(record, 1)
+        if not reads or reads[0].number != record:
+            raise ViewerError(f"no record {record} in {self.shard(file).path!r} (or its index is not ready)")
+        if reads[0].payload is None:
+            raise ViewerError(f"record {record} of {self.shard(file).path!r} is damaged: {reads[0].error}")
+        return reads[0].payload
+
+    def blob(self, file: int, record: int, key: str, item: int) -> tuple[bytes, str]:
+        """The bytes of one value of a bytes feature, and its media type (images as themselves)."""
+        features = describe_record(self._payload(file, record)) or {}
+        kind, values = features.get(key, ("empty", []))
+        if kind != "bytes" or not 0 <= item < len(values):
+            raise ViewerError(
+                f"record {record} of file {file} has no bytes value {item} of {show_key(key)!r}"
+            )
+        value = values[item]
+        return value, image_type(value) or "application/octet-stream"
+
+    def mask(self, file: int, record: int) -> bytes:
+        """The record's class mask as a PNG layer to draw over its image (colours by class)."""
+        from ..vision.preview import mask_layer
+
+        where = f"record {record} of {self.shard(file).path!r}"
+        try:
+            layer = mask_layer(self._payload(file, record), where)
+        except ImportError as error:
+            raise ImportError(f"drawing masks needs Pillow; {install_hint('view')}") from error
+        if layer is None:
+            raise ViewerError(f"{where} has no class mask")
+        out = io.BytesIO()
+        layer[0].save(out, format="PNG")
+        return out.getvalue()
+
+    def schema(self) -> dict[str, Any]:
+        """What ``torch-tfrecord schema`` infers (from the first 1000 intact records), and the TFDS
+        features of a TFDS directory."""
+        with self._lock:
+            if self._schema is None:
+                self._schema = self._infer_schema()
+            return self._schema
+
+    def _infer_schema(self) -> dict[str, Any]:
+        origins: list[tuple[str, int]] = []  # (file, record number in it), for the survey's messages
+
+        def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage
+            for shard in self.shards:
+                for number, payload in enumerate(shard.intact_records()):
+                    origins.append((shard.path, number))
+                    yield payload
+                    if len(origins) >= SCHEMA_RECORDS:
+                        return
+
+        survey = survey_records(records(), describe=lambda n: f"record {origins[n][1]} of {origins[n][0]!r}")
+
+        def rows(proposals: dict[str, Any]) -> list[dict[str, Any]]:
+            return [
+                {
+                    "key": key,
+                    "spec": p.kind,
+                    "detail": p.arguments(),
+                    "note": p.note,
+                    "steps": survey.steps.get(key),
+                }
+                for key, p in proposals.items()
+            ]
+
+        schema: dict[str, Any] = {
+            "records": survey.records,
+            "warnings": survey.warnings,
+            "features": rows(survey.proposals),
+            "feature_lists": None if survey.feature_lists is None else rows(survey.feature_lists),
+            "code": survey.code(),
+            "sequence_code": survey.sequence_code() if survey.feature_lists is not None else None,
+            "tfds": [],
+        }
+        for path in self.paths:
+            if is_tfds_dir(path, self.storage_options):
+                info = read_info(path, self.storage_options)
+                schema["tfds"].append(
+                    {
+                        "name": info.name,
+                        "version": info.version,
+                        "splits": {name: split.num_examples for name, split in info.splits.items()},
+                        "features": info.features_json,
+                    }
+                )
+        return schema
+
+    def statistics(self) -> dict[str, Any]:
+        """The statistics so far (started on the first call), ``partial`` until all are in."""
+        with self._lock:
+            if self._stats_thread is None:
+                self._stats_thread = threading.Thread(target=self._gather, name="statistics", daemon=True)
+                self._stats_thread.start()
+            report = self._statistics.report()
+        return {**report, "partial": not self._stats_done, "limit": self.stats_records}
+
+    def _gather(self) -> None:
+        seen = 0
+        for shard in self.shards:
+            try:
+                for payload in shard.intact_records():
+                    features = describe_record(payload)
+                    with self._lock:
+                        self._statistics.add(features)
+                    seen += 1
+                    if seen >= self.stats_records:
+                        break
+            except (TFRecordError, OSError) as error:
+                logger.warning("statistics stopped in %s: %s", shard.path, error)
+            if seen >= self.stats_records:
+                break
+        self._stats_done = True
+
+    def search(self, text: str, file: int, start: int, limit: int = 50) -> dict[str, Any]:
+        """Records that pass the filter ``text``, from record ``start`` of file ``file`` on, for
+        about a second and a half at most; ``next`` says where to go on from (None: all searched)."""
+        query = parse_query(text)
+        matches: list[dict[str, Any]] = []
+        deadline = time.monotonic() + _SEARCH_SECONDS
+        scanned = 0
+        while file < len(self.shards) and len(matches) < limit and time.monotonic() < deadline:
+            reads = self.shards[file].read(start, _SEARCH_CHUNK)
+            if reads is None:
+                return {"matches": matches, "next": [file, start], "scanned": scanned, "pending": True}
+            for read in reads:
+                scanned += 1
+                start = read.number + 1
+                features = None if read.payload is None else describe_record(read.payload)
+                if query.matches(features):
+                    matches.append({"file": file, "record": read.number, "summary": _summary(features or {})})
+                    if len(matches) >= limit:
+                        break
+            if len(reads) < _SEARCH_CHUNK and len(matches) < limit:
+                file, start = file + 1, 0
+        done = file >= len(self.shards)
+        return {
+            "matches": matches,
+            "next": None if done else [file, start],
+            "scanned": scanned,
+            "pending": False,
+        }
+
+
+def _summary(features: dict[str, tuple[str, list[Any]]]) -> str:
+    """A line that tells a matching record apart: its first few short values."""
+    parts = []
+    for key, (kind, values) in features.items():
+        if values and not (kind == "bytes" and (len(values[0]) > 60 or image_type(values[0]))):
+            shown = values[0].decode("utf-8", "replace") if kind == "bytes" else values[0]
+            parts.append(f"{key}={shown}{'…' if len(values) > 1 else ''}")
+        if len(parts) == 4:
+            break
+    return ", ".join(parts)

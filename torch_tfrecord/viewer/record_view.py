@@ -1,0 +1,134 @@
+"""A record as the page shows it, as JSON: its features by type (numbers, strings, lists, images
+to fetch as thumbnails), a SequenceExample's feature lists, and for detection and segmentation
+records the boxes with their class names and whether a class mask is there to lay over the image.
+
+Pure: a payload in, a dict out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..codec.inspect import describe_feature_lists, describe_record
+from ..vision.keys import DETECTION_KEYS, SEGMENTATION_KEYS
+
+__all__ = ["SHOWN_VALUES", "image_key", "image_type", "json_value", "view_record"]
+
+SHOWN_VALUES = 32  # values of a list shown; the page says how many more there are
+_SHOWN_TEXT = 200
+_SAFE_INTEGER = 2**53  # larger int64 values are sent as strings: JavaScript numbers would round them
+_MAGIC = (
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def image_type(value: bytes) -> str | None:
+    """The media type of an encoded image (JPEG, PNG, GIF, BMP, WebP), or None."""
+    for magic, media_type in _MAGIC:
+        if value.startswith(magic):
+            return media_type
+    if value.startswith(b"RIFF") and value[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def image_key(features: Mapping[str, tuple[str, list[Any]]]) -> str | None:
+    """The feature holding the record's image: image/encoded, else the first bytes feature with one
+    encoded image."""
+    key = DETECTION_KEYS["image"]
+    if key in features and features[key][1] and image_type(features[key][1][0]):
+        return key
+    for name, (kind, values) in features.items():
+        if kind == "bytes" and len(values) == 1 and image_type(values[0]):
+            return name
+    return None
+
+
+def json_value(kind: str, value: Any) -> Any:
+    """One value as JSON can carry it: big integers and non-finite floats as strings, bytes as
+    text when they are UTF-8 (else ``{"bytes": size, "hex": the first bytes}``)."""
+    if kind == "int64":
+        return value if abs(value) < _SAFE_INTEGER else str(value)
+    if kind == "float":  # float32 values, shown with the digits float32 holds
+        return float(f"{value:.7g}") if math.isfinite(value) else str(value)
+    try:
+        text: str = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"bytes": len(value), "hex": value[:16].hex()}
+    if len(text) > _SHOWN_TEXT:
+        return {"text": text[:_SHOWN_TEXT], "bytes": len(value)}
+    return text
+
+
+def _feature(key: str, kind: str, values: list[Any]) -> dict[str, Any]:
+    images = [i for i, v in enumerate(values[:SHOWN_VALUES]) if kind == "bytes" and image_type(v)]
+    return {
+        "key": key,
+        "kind": kind,
+        "count": len(values),
+        "values": [None if i in images else json_value(kind, v) for i, v in enumerate(values[:SHOWN_VALUES])],
+        "images": images,
+    }
+
+
+def _boxes(
+    features: Mapping[str, tuple[str, list[Any]]], class_names: Mapping[int, str]
+) -> list[dict[str, Any]]:
+    corners = [features.get(DETECTION_KEYS[k], ("float", []))[1] for k in ("xmin", "ymin", "xmax", "ymax")]
+    labels = features.get(DETECTION_KEYS["labels"], ("int64", []))[1]
+    texts = features.get("image/object/class/text", ("bytes", []))[1]
+    boxes = []
+    for i, (x0, y0, x1, y1) in enumerate(zip(*corners)):
+        label = int(labels[i]) if i < len(labels) else None
+        if i < len(texts):
+            name = texts[i].decode("utf-8", errors="replace")
+        else:
+            name = class_names.get(label, "") if label is not None else ""
+        boxes.append({"xmin": x0, "ymin": y0, "xmax": x1, "ymax": y1, "label": label, "name": name})
+    return boxes
+
+
+def view_record(payload: bytes, class_names: Mapping[int, str] | None = None) -> dict[str, Any]:
+    """What the page shows of one record.
+
+    Args:
+        payload: the serialized record.
+        class_names: a label map's names of class ids, for boxes without image/object/class/text.
+
+    Returns:
+        ``{"kind": "example" | "sequence" | "raw", "features": [...], "feature_lists": [...],
+        "image": key or None, "boxes": [...], "mask": bool, "size": bytes}``; a record that is not
+        an Example shows its first bytes (``"raw"``).
+    """
+    features = describe_record(payload)
+    view: dict[str, Any] = {"size": len(payload), "features": [], "feature_lists": [], "boxes": []}
+    if features is None:
+        return {**view, "kind": "raw", "image": None, "mask": False, "raw": json_value("bytes", payload[:64])}
+    lists = describe_feature_lists(payload)
+    view["kind"] = "sequence" if lists is not None else "example"
+    view["features"] = [_feature(key, kind, values) for key, (kind, values) in features.items()]
+    for key, (kind, steps) in (lists or {}).items():
+        view["feature_lists"].append(
+            {
+                "key": key,
+                "kind": kind,
+                "steps": len(steps),
+                "values": [
+                    [json_value(kind, v) for v in step[:SHOWN_VALUES]] for step in steps[:SHOWN_VALUES]
+                ],
+            }
+        )
+    view["image"] = image_key(features)
+    if view["image"] is not None:
+        view["boxes"] = _boxes(features, class_names or {})
+        mask = features.get(SEGMENTATION_KEYS["class"], ("bytes", []))[1]
+        view["mask"] = bool(mask) and image_type(mask[0]) is not None
+    else:
+        view["mask"] = False
+    return view

@@ -1,0 +1,163 @@
+"""The viewer's HTTP server: the standard library's ``ThreadingHTTPServer``, serving the page's
+bundled assets and a small JSON API over a :class:`~torch_tfrecord.viewer.catalog.Catalog`.
+
+On 127.0.0.1 it answers only requests addressed to 127.0.0.1 or localhost (a web page elsewhere
+cannot reach it through DNS rebinding); on any other address every request must carry the token
+the server printed (``?token=``), compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+import http.server
+import json
+import logging
+import secrets
+import urllib.parse
+from importlib import resources
+from typing import Any
+
+from ..errors import TFRecordError
+from .catalog import Catalog
+
+__all__ = ["ViewerServer", "make_server"]
+
+logger = logging.getLogger(__name__)
+
+LOCALHOST = "127.0.0.1"
+_ASSETS = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/viewer.js": ("viewer.js", "text/javascript; charset=utf-8"),
+    "/viewer.css": ("viewer.css", "text/css; charset=utf-8"),
+}
+_SECURITY_HEADERS = {
+    # The page loads nothing from elsewhere: the browser refuses it too.
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' blob: data:; style-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class ViewerServer(http.server.ThreadingHTTPServer):
+    """A ThreadingHTTPServer that knows its catalog and its token (None: none needed)."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], catalog: Catalog, token: str | None) -> None:
+        super().__init__(address, _Handler)
+        self.catalog = catalog
+        self.token = token
+
+    @property
+    def url(self) -> str:
+        """The page's address, with the token when one is needed."""
+        host, port = str(self.server_address[0]), int(self.server_address[1])
+        shown = LOCALHOST if host in ("0.0.0.0", "::") else host
+        query = f"?token={self.token}" if self.token else ""
+        return f"http://{shown}:{port}/{query}"
+
+
+def make_server(catalog: Catalog, host: str = LOCALHOST, port: int = 0) -> ViewerServer:
+    """A server for ``catalog`` on ``host`` and ``port`` (0: a free one); off 127.0.0.1 it needs a
+    fresh random token, in :attr:`ViewerServer.url`."""
+    token = None if host == LOCALHOST else secrets.token_urlsafe(24)
+    return ViewerServer((host, port), catalog, token)
+
+
+def _int(query: dict[str, list[str]], name: str, default: int | None = None) -> int:
+    values = query.get(name)
+    if not values:
+        if default is None:
+            raise _BadRequest(f"missing parameter {name!r}")
+        return default
+    try:
+        return int(values[0])
+    except ValueError:
+        raise _BadRequest(f"parameter {name}={values[0]!r} is not an integer") from None
+
+
+def _text(query: dict[str, list[str]], name: str) -> str:
+    values = query.get(name)
+    if not values:
+        raise _BadRequest(f"missing parameter {name!r}")
+    return values[0]
+
+
+class _BadRequest(Exception):
+    pass
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    server: ViewerServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        logger.debug("%s " + format, self.address_string(), *args)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in _SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, document: Any) -> None:
+        self._send(status, json.dumps(document, allow_nan=False).encode(), "application/json")
+
+    def _allowed(self, query: dict[str, list[str]]) -> bool:
+        token = self.server.token
+        if token is not None:
+            given = (query.get("token") or [""])[0]
+            return hmac.compare_digest(given.encode(), token.encode())
+        host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
+        return host in (LOCALHOST, "localhost")
+
+    def do_GET(self) -> None:
+        url = urllib.parse.urlsplit(self.path)
+        query = urllib.parse.parse_qs(url.query)
+        if not self._allowed(query):
+            self._json(403, {"error": "this viewer needs the token it printed: open the URL it gave"})
+            return
+        try:
+            self._route(url.path, query)
+        except _BadRequest as error:
+            self._json(400, {"error": str(error)})
+        except LookupError as error:
+            self._json(404, {"error": str(error).strip("'\"")})
+        except (TFRecordError, ValueError, OSError, ImportError) as error:
+            self._json(422, {"error": f"{type(error).__name__}: {error}"})
+
+    def _route(self, path: str, query: dict[str, list[str]]) -> None:
+        catalog = self.server.catalog
+        if path in _ASSETS:
+            name, content_type = _ASSETS[path]
+            self._send(200, resources.files(__package__).joinpath("static", name).read_bytes(), content_type)
+        elif path == "/api/files":
+            self._json(200, catalog.files())
+        elif path == "/api/records":
+            page = catalog.records(_int(query, "file", 0), _int(query, "start", 0), _int(query, "count", 20))
+            self._json(200, page)
+        elif path == "/api/locate":
+            self._json(200, catalog.locate(_int(query, "file", 0), _int(query, "offset")))
+        elif path == "/api/blob":
+            args = (_int(query, "file"), _int(query, "record"), _text(query, "key"), _int(query, "item", 0))
+            body, content_type = catalog.blob(*args)
+            self._send(200, body, content_type)
+        elif path == "/api/mask":
+            self._send(200, catalog.mask(_int(query, "file"), _int(query, "record")), "image/png")
+        elif path == "/api/verify":
+            catalog.shard(_int(query, "file")).verify()
+            self._json(200, catalog.files())
+        elif path == "/api/schema":
+            self._json(200, catalog.schema())
+        elif path == "/api/statistics":
+            self._json(200, catalog.statistics())
+        elif path == "/api/search":
+            found = catalog.search(_text(query, "q"), _int(query, "file", 0), _int(query, "start", 0))
+            self._json(200, found)
+        else:
+            self._json(404, {"error": f"nothing at {path!r}"})

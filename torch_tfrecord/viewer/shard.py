@@ -1,0 +1,275 @@
+"""One file the viewer shows: its size, its offset index (loaded, or built in the background with
+progress) and its records read by number, a damaged record handed back as damaged, not raised.
+
+Until the index is ready the first pages are read from the start of the file, so the first page
+never waits for the index; a compressed file, or a remote one with no index beside it, is read
+that way throughout (a remote file's index would cost reading all of it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ..errors import TFRecordError
+from ..records.entries import read_entries_at
+from ..records.index import build_index, default_index_path, load_index
+from ..records.io import exists, file_size, is_url, resolve_compression
+from ..records.reader import ReadStats, read_records
+
+__all__ = ["RecordRead", "Shard"]
+
+logger = logging.getLogger(__name__)
+
+# Files up to this size have every record's CRCs checked in the background once indexed.
+VERIFY_LIMIT = 256 << 20
+# Payloads of the records last read kept (the page asks for each image after its page).
+_RECENT_BYTES = 32 << 20
+# Records read from the start of a file while its index is not ready: pages past this wait.
+_SEQUENTIAL_LIMIT = 2000
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordRead:
+    """One record as read: its number, where it is (None when unknown), and its payload or the
+    error that says why it could not be read."""
+
+    number: int
+    offset: int | None
+    framed_size: int | None
+    payload: bytes | None
+    error: str | None = None
+
+
+class Shard:
+    """A file of the viewer, its index loaded or built on a background thread.
+
+    Args:
+        path: the file (local path or URL).
+        storage_options: for URLs.
+        expected: the records TFDS's ``dataset_info.json`` says the file holds, if any.
+    """
+
+    def __init__(
+        self, path: str, storage_options: dict[str, Any] | None, expected: int | None = None
+    ) -> None:
+        self.path = path
+        self.storage_options = storage_options
+        self.expected = expected
+        self.remote = is_url(path)
+        self.size = file_size(path, storage_options)
+        self.compression = resolve_compression("auto", path, storage_options)
+        self.table: npt.NDArray[np.int64] | None = None
+        self.state = "pending"  # pending, loading, building, ready, sequential, failed
+        self.scanned = 0  # bytes walked by the index build
+        self.problems: list[str] = []  # damage found, in the words `verify` uses
+        self.verified: str | None = None  # None (not checked), verifying, ok, damaged
+        self._source: int | Any = None
+        self._recent: OrderedDict[int, RecordRead] = OrderedDict()  # the records last read, by number
+        self._recent_bytes = 0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Loads the index beside the file, or builds one, on a daemon thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._index, name=f"index {self.path}", daemon=True)
+            self._thread.start()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Waits for the index (for tests and benchmarks)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _index(self) -> None:
+        if self.compression is not None:
+            self.state = "sequential"
+            return
+        index_path = default_index_path(self.path)
+        try:
+            if exists(index_path, self.storage_options):
+                self.state = "loading"
+                try:
+                    self.table = load_index(
+                        index_path,
+                        data_path=self.path,
+                        allow_damaged_gaps=True,
+                        storage_options=self.storage_options,
+                    )
+                    self.state = "ready"
+                    return
+                except TFRecordError as error:
+                    self.problems.append(f"{type(error).__name__}: {error}")
+            if self.remote:
+                self.state = "sequential"
+                return
+            self.state = "building"
+            stats = ReadStats()
+            self.table = build_index(self.path, on_error="skip", stats=stats, progress=self._progress)
+            self.state = "ready"
+            if self.size > VERIFY_LIMIT:
+                self.problems.extend(stats.errors)  # what the header walk found; verify() reads all
+        except TFRecordError as error:
+            self.problems.append(f"{type(error).__name__}: {error}")
+            self.state = "sequential"
+        except OSError as error:
+            self.problems.append(f"{type(error).__name__}: {error}")
+            self.state = "failed"
+        if not self.remote and self.size <= VERIFY_LIMIT:
+            self._verify()
+
+    def verify(self) -> None:
+        """Checks every record's CRCs on a daemon thread, as ``torch-tfrecord verify`` does."""
+        if self.verified is None:
+            self.verified = "verifying"
+            threading.Thread(target=self._verify, name=f"verify {self.path}", daemon=True).start()
+
+    def intact_records(self, stats: ReadStats | None = None) -> Iterator[bytes]:
+        """Every intact record from the start, stepping over damage as ``verify`` does (each
+        damaged region counted in ``stats``)."""
+        options = self.storage_options
+        return read_records(
+            self.path, compression=self.compression, on_error="skip", stats=stats, storage_options=options
+        )
+
+    def _verify(self) -> None:
+        self.verified = "verifying"
+        stats = ReadStats()
+        try:
+            for _ in self.intact_records(stats):
+                pass
+        except (TFRecordError, OSError) as error:
+            stats.errors.append(f"{type(error).__name__}: {error}")
+        found = [*stats.errors, *filter(None, [stats.damage_summary()])]
+        self.problems.extend(p for p in found if p not in self.problems)
+        self.verified = "damaged" if stats.errors else "ok"
+
+    def _progress(self, scanned: int) -> None:
+        self.scanned = scanned
+
+    def describe(self) -> dict[str, Any]:
+        """What the files page shows of this file."""
+        table = self.table
+        records = len(table) if table is not None else None
+        if records is not None and self.expected is not None and records != self.expected:
+            problem = f"holds {records:,} records, but dataset_info.json says {self.expected:,}"
+            if problem not in self.problems:
+                self.problems.append(problem)
+        return {
+            "path": self.path,
+            "size": self.size,
+            "compression": self.compression,
+            "state": self.state,
+            "records": records,
+            "progress": 1.0 if self.state == "ready" else (self.scanned / self.size if self.size else 1.0),
+            "problems": list(self.problems),
+            "verified": self.verified,
+        }
+
+    def record_count(self) -> int | None:
+        """The records indexed, or None until the index is ready."""
+        return None if self.table is None else len(self.table)
+
+    def read(self, first: int, count: int) -> list[RecordRead] | None:
+        """Records ``first`` to ``first + count`` (fewer at the end); None when they cannot be
+        read until the index is ready."""
+        table = self.table
+        if table is not None:
+            return self._read_indexed(table, first, count)
+        if self.state != "sequential" and first + count > _SEQUENTIAL_LIMIT:
+            return None
+        return self._read_sequential(first, count)
+
+    def _read_indexed(self, table: npt.NDArray[np.int64], first: int, count: int) -> list[RecordRead]:
+        numbers = np.arange(max(first, 0), min(first + count, len(table)), dtype=np.int64)
+        if not len(numbers):
+            return []
+        with self._lock:
+            kept = [self._recent.get(number) for number in numbers.tolist()]
+        if all(read is not None for read in kept):  # the page's images, asked for after the page
+            return [read for read in kept if read is not None]
+        reads = self._read_entries(table, numbers)
+        with self._lock:
+            for read in reads:
+                self._recent[read.number] = read
+                self._recent_bytes += len(read.payload or b"")
+            while self._recent_bytes > _RECENT_BYTES and len(self._recent) > 1:
+                self._recent_bytes -= len(self._recent.popitem(last=False)[1].payload or b"")
+        return reads
+
+    def _read_entries(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
+        source = self._open()
+        try:
+            payloads: list[bytes | None] = list(
+                read_entries_at(source, self.path, self.size, table[numbers], numbers)
+            )
+            errors: list[str | None] = [None] * len(numbers)
+        except TFRecordError:  # one at a time, to show which are damaged and the rest as they are
+            payloads, errors = [], []
+            for number in numbers.tolist():
+                one = np.array([number], dtype=np.int64)
+                try:
+                    payloads.extend(read_entries_at(source, self.path, self.size, table[one], one))
+                    errors.append(None)
+                except TFRecordError as error:
+                    payloads.append(None)
+                    errors.append(f"{type(error).__name__}: {error}")
+        rows = table[numbers].tolist()
+        return [
+            RecordRead(int(number), int(row[0]), int(row[1]), payload, error)
+            for number, row, payload, error in zip(numbers.tolist(), rows, payloads, errors, strict=True)
+        ]
+
+    def _read_sequential(self, first: int, count: int) -> list[RecordRead]:
+        out: list[RecordRead] = []
+        offset: int | None = 0 if self.compression is None else None
+        records = read_records(self.path, compression=self.compression, storage_options=self.storage_options)
+        seen = 0
+        try:
+            for payload in itertools.islice(records, first + count):
+                if seen >= first:
+                    out.append(RecordRead(seen, offset, len(payload) + 16, payload))
+                if offset is not None:
+                    offset += len(payload) + 16
+                seen += 1
+        except TFRecordError as error:  # the read stops here: the index build steps past damage
+            if seen >= first:
+                out.append(RecordRead(seen, offset, None, None, f"{type(error).__name__}: {error}"))
+        return out
+
+    def _open(self) -> Any:
+        with self._lock:
+            if self._source is None:
+                if self.remote:
+                    from ..records.remote.ranged import RemoteFile
+
+                    self._source = RemoteFile(self.path, self.size, self.storage_options)
+                else:
+                    self._source = os.open(self.path, os.O_RDONLY)
+            return self._source
+
+    def locate(self, offset: int) -> int | None:
+        """The number of the record holding byte ``offset`` (the last record before it when
+        ``offset`` falls in a damaged gap), or None until the index is ready."""
+        table = self.table
+        if table is None or not len(table):
+            return None
+        found = int(np.searchsorted(table[:, 0], offset, side="right")) - 1
+        return max(0, min(len(table) - 1, found))
+
+    def close(self) -> None:
+        with self._lock:
+            if isinstance(self._source, int):
+                os.close(self._source)
+            elif self._source is not None:
+                self._source.close()
+            self._source = None
