@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -602,3 +603,31 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     for _ in range(3):
         assert crowded.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
     assert len(crowded.remote._open) == 1 and crowded.remote_requests == len(served) >= 5
+
+
+def test_the_parent_still_reads_after_dataloader_workers_forked_from_it(
+    s3: tuple[str, dict[str, Any]], local_shards: str
+) -> None:
+    """A forked DataLoader worker drops the fsspec file systems it inherited on its first
+    remote call; their finalizers closed the inherited connections there, which unregistered
+    the parent's sockets from the epoll instance the two processes share: the parent's next
+    request over that connection then waited for aiohttp's 300 s timeout."""
+    pytest.importorskip("aiohttp")
+    endpoint, options = s3
+    fs = remote.filesystem("s3://bucket", options)[0]
+    names = sorted(p.rpartition("/")[2] for p in fs.ls("bucket/data") if p.endswith(".tfrecord"))
+    for name in names:
+        for key in (f"bucket/data/{name}", f"bucket/data/{name}.idx"):
+            fs.chmod(key, acl="public-read")
+    expected = sorted(_epoch(tt.TFRecordDataset(local_shards, spec=SPEC, batch_size=50)))
+    with FaultProxy(endpoint) as proxy:
+        urls = [f"{proxy.url}/bucket/data/{name}" for name in names]
+        for _ in range(3):
+            made: list[tt.TFRecordDataset] = []
+            maker = threading.Thread(
+                target=lambda: made.append(tt.TFRecordDataset(urls, spec=SPEC, batch_size=50)), daemon=True
+            )
+            maker.start()
+            maker.join(timeout=60)
+            assert made, "making a dataset in the parent hung after its workers had run"
+            assert sorted(_epoch(made[0])) == expected

@@ -9,8 +9,10 @@ Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
 from __future__ import annotations
 
 import itertools
+import os
 import posixpath
 import re
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +46,34 @@ def is_url(path: str) -> bool:
     """Whether ``path`` names remote (fsspec) storage; ``file://`` URLs are local paths."""
     match = _SCHEME.match(path)
     return match is not None and match[1].lower() not in ("file", "local")
+
+
+# The fsspec file systems a forked child inherited, kept alive there (see _keep_inherited).
+_INHERITED: list[Any] = []
+
+
+def _keep_inherited() -> None:
+    """In a forked child (a DataLoader worker), keeps the parent's fsspec file systems alive.
+
+    fsspec drops them from its instance cache on the child's first call; their finalizers then
+    close the inherited aiohttp connections, and closing a socket unregisters it from the event
+    loop's epoll instance, which the child shares with the parent: the parent's next request
+    over that connection would wait for its timeout (300 s). Never used in the child, they are
+    simply not let go.
+    """
+    if "fsspec" not in sys.modules:
+        return
+    from fsspec.spec import AbstractFileSystem
+
+    classes: list[type] = [AbstractFileSystem]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        _INHERITED.extend(getattr(cls, "__dict__", {}).get("_cache", {}).values())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keep_inherited)
 
 
 def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, str]:
