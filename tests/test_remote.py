@@ -625,7 +625,8 @@ def test_the_parent_still_reads_after_dataloader_workers_forked_from_it(
         for _ in range(3):
             made: list[tt.TFRecordDataset] = []
             maker = threading.Thread(
-                target=lambda: made.append(tt.TFRecordDataset(urls, spec=SPEC, batch_size=50)), daemon=True
+                target=lambda made=made: made.append(tt.TFRecordDataset(urls, spec=SPEC, batch_size=50)),
+                daemon=True,
             )
             maker.start()
             maker.join(timeout=60)
