@@ -108,6 +108,9 @@ def test_next_use_and_the_victims_follow_the_order() -> None:
     assert next_use("a", schedules, 0.1) == 0.1  # in use
     assert next_use("a", schedules, 0.1, after_current=True) == 1.5  # the use after this one
     assert next_use("b", schedules, 0.1) == 0.3  # the sooner of two readers
+    # Two readers' uses back to back are one visit: caching "b" for it gains nothing later.
+    assert next_use("b", schedules, 0.28, after_current=True, ahead=0.06) == math.inf
+    assert next_use("a", schedules, 0.1, after_current=True, ahead=0.05) == 1.5
     assert next_use("a", schedules, 0.3) == 1.5
     assert next_use("z", schedules, 0.3) == math.inf
     # (key, size, next use, last access): needed latest first, never one needed sooner than the incoming
@@ -245,7 +248,17 @@ def test_two_ranks_two_workers_share_one_download_and_a_second_job_fetches_nothi
 def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
     s3: tuple[str, int], tmp_path: Path
 ) -> None:
-    endpoint, data = s3
+    """40 shards of 100 records (a quarter holds 9 of them: 10 are a few bytes over it), read in
+    batches of 50 by 2 workers, shards in a new order each epoch: the cache keeps, at the end of
+    epoch 0, the shards epoch 1 needs first (and never lets a shard read once push them out)."""
+    import fsspec
+
+    endpoint, _ = s3
+    options = s3_options(endpoint)
+    with tt.ShardedWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
+        for i in range(4000):
+            writer.write({"id": i, "blob": bytes([i % 251]) * 1000})
+    data = sum(fsspec.filesystem("s3", **options).size(p) for p in writer.shard_paths)
     limit = data // 4
     cache_dir = tmp_path / "cache"
     peak = 0
@@ -269,7 +282,7 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
     try:
         with FaultProxy(endpoint) as proxy:
             ds = tt.TFRecordDataset(
-                "s3://bucket/c/",
+                "s3://bucket/q/",
                 spec=SPEC,
                 batch_size=50,
                 shuffle="shards",
@@ -281,19 +294,15 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
             for epoch in (0, 1):
                 proxy.reset()
                 ds.set_epoch(epoch)
-                assert sorted(_ids(ds)) == list(range(N))
+                assert sorted(_ids(ds)) == list(range(4000))
                 fetched.append(_shard_bytes(proxy.get_bytes_by_path))
     finally:
         stop.set()
         watcher.join()
     assert 0 < peak <= limit
     assert ShardCache(cache_dir, limit).usage() <= limit
-    assert fetched[0] <= 1.25 * data, (fetched, data)
-    assert fetched[1] < data, (fetched, data)  # some of the second epoch from disk
-    if fetched[1] > 0.8 * data:  # the issue's target: at least 20% of the second epoch from disk
-        pytest.xfail(
-            f"the second epoch fetched {fetched[1] / data:.2f}x the data (target <= 0.8x): not met yet"
-        )
+    assert fetched[0] <= 1.05 * data, (fetched, data)
+    assert fetched[1] <= 0.8 * data, (fetched, data)  # at least 20% of the second epoch from disk
 
 
 _KILLED_CHILD = """

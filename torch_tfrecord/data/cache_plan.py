@@ -9,7 +9,7 @@ the reading position and evicts those needed latest (:mod:`torch_tfrecord.record
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -83,10 +83,10 @@ class ReadSchedule:
             uses.setdefault(shard, []).extend(spans)
         files.remote.plan(uses, float(epoch))
 
-    def reached(self, block: npt.NDArray[np.int64]) -> None:
-        """The worker is about to read the units ``block`` (remaining-indices of the rank's)."""
-        if self._files is not None and len(block):
-            self._files.remote.advance(self._epoch + int(block[0]) / self._remaining)
+    def reached(self, unit: int | np.integer[Any]) -> None:
+        """The worker is about to read ``unit`` (a remaining-index of the rank's units)."""
+        if self._files is not None:
+            self._files.remote.advance(self._epoch + int(unit) / self._remaining)
 
     def finished(self) -> None:
         """The worker read its part of the epoch: its downloads are let finish."""

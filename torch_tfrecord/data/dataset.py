@@ -257,11 +257,11 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         batch_size = plan.batch_size
         # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
         for block in workers.items(remaining, skip, block=16 if batch_size else _reading(chunk)):
-            schedule.reached(block)
             units = progress.units(block)
             if batch_size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
                 for first in range(0, len(ids), batch_size):
+                    schedule.reached(block[first // batch_size])
                     batch = self._load(
                         ids[first : first + batch_size], padding[first : first + batch_size], epoch
                     )
@@ -270,6 +270,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
                     live.yielded += 1  # counted before the yield: a state taken now includes it
                     yield batch
             else:
+                schedule.reached(block[0])
                 for sample in self._samples(*plan.records(units, epoch), epoch):
                     live.yielded += 1
                     yield sample

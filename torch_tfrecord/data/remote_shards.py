@@ -16,8 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, TypeVar
 
 from ..records.io import StorageOptions, is_url
-from ..records.remote import RemoteFile, RequestCounter, file_info
-from ..records.remote.cache import Schedule, ShardCache, cache_key
+from ..records.remote import RemoteFile, RequestCounter, file_info, for_each_path
+from ..records.remote.cache import FETCH_AHEAD, Schedule, ShardCache, cache_key
 from ..records.remote.cached import CachedFile, file_version
 
 __all__ = ["CacheDir", "RemoteShards", "make_cache"]
@@ -30,8 +30,6 @@ _MAX_OPEN = 64
 # Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
 _SHARDS_AT_ONCE = 16
 T = TypeVar("T")
-# Shards fetched ahead of the reading position: those needed within this much of an epoch.
-_AHEAD = 0.05
 
 
 def make_cache(paths: Sequence[str], cache_dir: CacheDir, cache_limit: int | str | None) -> ShardCache | None:
@@ -66,12 +64,19 @@ class RemoteShards:
         self.storage_options = dict(storage_options or {})
         self.cache = cache
         self.sizes, self.versions = [0] * len(self.paths), [""] * len(self.paths)
-        for shard, path in enumerate(self.paths):
-            if is_url(path) and (cache is not None or shard not in compressed):
-                info = file_info(path, self.storage_options)
-                self.sizes[shard], self.versions[shard] = int(info["size"]), file_version(info)
+        looked_up = [
+            shard
+            for shard, path in enumerate(self.paths)
+            if is_url(path) and (cache is not None or shard not in compressed)
+        ]
+        infos = for_each_path(
+            lambda path: file_info(path, self.storage_options), [self.paths[s] for s in looked_up]
+        )
+        for shard, info in zip(looked_up, infos, strict=True):
+            self.sizes[shard], self.versions[shard] = int(info["size"]), file_version(info)
         self.requests = RequestCounter()  # of every remote file, those let go included
         self.now = float("inf")  # the reader's place in its epochs (for order-aware eviction)
+        self._looked = -float("inf")  # where advance last looked for shards to fetch
         self._uses: dict[int, list[tuple[float, float]]] = {}
         self._cached: set[int] = set()  # seen complete here (fetched ahead no more)
         self._open: OrderedDict[int, RemoteFile | CachedFile] = OrderedDict()
@@ -145,16 +150,19 @@ class RemoteShards:
         self._uses = {shard: list(spans) for shard, spans in uses.items() if is_url(self.paths[shard])}
         schedule: Schedule = {cache_key(self.paths[shard]): spans for shard, spans in self._uses.items()}
         self.cache.publish(schedule)
+        self._looked = -float("inf")
         self.advance(now)
 
     def advance(self, now: float) -> None:
-        """Moves this process's place to ``now`` and starts fetching the shards it needs next."""
+        """Moves this process's place to ``now`` (each batch) and starts fetching the shards it
+        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch)."""
         self.now = now
-        if self.cache is None:
+        if self.cache is None or abs(now - self._looked) < FETCH_AHEAD / 8:
             return
+        self._looked = now
         for shard, spans in self._uses.items():
             if shard not in self._cached and any(
-                first <= now + _AHEAD and last >= now for first, last in spans
+                first <= now + FETCH_AHEAD and last >= now for first, last in spans
             ):
                 if self.copy(shard) is not None:
                     self._cached.add(shard)

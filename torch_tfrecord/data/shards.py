@@ -32,7 +32,7 @@ from ..records.io import (
     is_url,
 )
 from ..records.reader import OnError
-from ..records.remote import RemoteFile
+from ..records.remote import RemoteFile, for_each_path
 from ..records.remote.cache import ShardCache
 from ..records.remote.cached import CachedFile
 from .compressed_shards import Inflaters
@@ -128,7 +128,9 @@ class RecordFiles:
         check_sources(sources)
         paths = expand_sources(sources, storage_options)
         cache = make_cache(paths, cache_dir, cache_limit)
-        indexes = [resolve_index(path, index, storage_options, on_error, cache) for path in paths]
+        indexes = for_each_path(
+            lambda path: resolve_index(path, index, storage_options, on_error, cache), paths
+        )
         return cls(paths, indexes, storage_options, cache)
 
     def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:

@@ -34,13 +34,15 @@ from typing import Any
 
 from ...support.extras import install_hint
 
-__all__ = ["CacheEntry", "ShardCache", "choose_victims", "next_use", "parse_size"]
+__all__ = ["FETCH_AHEAD", "CacheEntry", "ShardCache", "choose_victims", "next_use", "parse_size"]
 
 Schedule = Mapping[str, Sequence[tuple[float, float]]]
 """Per cache key, the times ``(first, last)`` of each use; a time is ``epoch + fraction of it``."""
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
+# Readers fetch the shards they need within this much of an epoch ahead of their place.
+FETCH_AHEAD = 0.05
 # With no limit, the cache leaves this much of its disk free (and 5% of it at least).
 _FREE_MARGIN = 1 << 30
 
@@ -72,19 +74,29 @@ def cache_key(url: str) -> str:
     return f"{digest}-{name}"
 
 
-def next_use(key: str, schedules: Sequence[Schedule], now: float, *, after_current: bool = False) -> float:
+def next_use(
+    key: str, schedules: Sequence[Schedule], now: float, *, after_current: bool = False, ahead: float = 0.0
+) -> float:
     """When ``key`` is needed next after ``now`` by any of the ``schedules``: ``now`` while a use
-    is under way (``after_current``: the start of the use after it), infinity when none will."""
-    soonest = math.inf
-    for schedule in schedules:
-        spans = schedule.get(key, ())
-        for first, last in spans:
-            if after_current and first <= now <= last:
-                later = [start for start, _ in spans if start > last]
-                soonest = min(soonest, min(later, default=math.inf))
-            elif last >= now:
-                soonest = min(soonest, max(first, now))
-    return soonest
+    is under way, infinity when none will.
+
+    The readers' uses are taken together as visits: uses that overlap or follow each other
+    within ``ahead`` are one. ``after_current``: the start of the visit after the one under way,
+    or about to start (within ``ahead``): what caching a shard fetched for that visit gains
+    (the visit reads its bytes either way).
+    """
+    visits: list[list[float]] = []
+    for first, last in sorted(span for schedule in schedules for span in schedule.get(key, ())):
+        if visits and first <= visits[-1][1] + ahead:
+            visits[-1][1] = max(visits[-1][1], last)
+        else:
+            visits.append([first, last])
+    upcoming = [visit for visit in visits if visit[1] >= now]
+    if not upcoming:
+        return math.inf
+    if after_current and upcoming[0][0] <= now + ahead:
+        return upcoming[1][0] if len(upcoming) > 1 else math.inf
+    return max(upcoming[0][0], now)
 
 
 def choose_victims(
@@ -307,7 +319,7 @@ class ShardCache:
             if any(key in schedule for schedule in schedules):
                 # Caching it pays off at its next use after the one under way (which reads its
                 # bytes either way): Belady's rule, with the option not to cache.
-                incoming = next_use(key, schedules, now, after_current=True)
+                incoming = next_use(key, schedules, now, after_current=True, ahead=FETCH_AHEAD)
             else:  # a reader without a schedule: least recently used first
                 incoming = now if math.isfinite(now) else -math.inf
             candidates = [
