@@ -1,0 +1,286 @@
+/* Region-of-interest JPEG decoding through libjpeg-turbo's libjpeg API, a batch per call.
+ *
+ * For each JPEG: read the header, pick the smallest DCT scale (n/8) that keeps at least the
+ * asked pixels, decode only the iMCU columns (jpeg_crop_scanline) and rows (jpeg_skip_scanlines)
+ * around the region, with one pixel of margin so chroma upsampling sees the same neighbours as
+ * in a full decode, then entropy-decode the rest (skip + finish) so corrupt data below the region
+ * is an error as in a full decode. The batch is decoded on threads with the GIL released; libjpeg
+ * errors and warnings longjmp back into a message for that image (never exit()).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+
+typedef struct {
+    struct jpeg_error_mgr pub;
+    jmp_buf jump;
+    char message[JMSG_LENGTH_MAX];
+} ErrorManager;
+
+static void on_error(j_common_ptr cinfo) {
+    ErrorManager *err = (ErrorManager *)cinfo->err;
+    (*cinfo->err->format_message)(cinfo, err->message);
+    longjmp(err->jump, 1);
+}
+
+/* Warnings (corrupt data that libjpeg would paper over) are errors, as simplejpeg's strict mode. */
+static void on_message(j_common_ptr cinfo, int level) {
+    if (level < 0) on_error(cinfo);
+}
+
+enum { DONE = 0, FAILED = 1, UNSUPPORTED = 2 };
+
+typedef struct {
+    Py_buffer data;
+    long top, left, height, width, need_h, need_w; /* the box in full pixels; the pixels wanted over the image */
+    int status;
+    char message[JMSG_LENGTH_MAX];
+    unsigned char *pixels; /* the region, rows of out_w * channels */
+    unsigned char *row;    /* one decoded (cropped) scanline */
+    long out_h, out_w;
+    int channels;
+} Job;
+
+typedef struct {
+    Job *jobs;
+    Py_ssize_t count, next;
+    int grey, fast_dct;
+    pthread_mutex_t lock;
+} Batch;
+
+static long scaled(long size, int num) { return (size * num + 7) / 8; }
+
+/* Python's round() (half to even), as torch_tfrecord.codec.image_batch.resize rounds edges. */
+static long nearest(double value) { return (long)nearbyint(value); }
+
+static void decode_one(Job *job, int grey, int fast_dct) {
+    struct jpeg_decompress_struct cinfo;
+    ErrorManager err;
+    cinfo.err = jpeg_std_error(&err.pub);
+    err.pub.error_exit = on_error;
+    err.pub.emit_message = on_message;
+    if (setjmp(err.jump)) {
+        job->status = FAILED;
+        memcpy(job->message, err.message, sizeof(job->message));
+        free(job->pixels);
+        job->pixels = NULL;
+        free(job->row);
+        job->row = NULL;
+        jpeg_destroy_decompress(&cinfo);
+        return;
+    }
+    jpeg_create_decompress(&cinfo);
+    jpeg_mem_src(&cinfo, (const unsigned char *)job->data.buf, (unsigned long)job->data.len);
+    jpeg_read_header(&cinfo, TRUE);
+    if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+        job->status = UNSUPPORTED; /* the Python path converts CMYK as TensorFlow does */
+        jpeg_destroy_decompress(&cinfo);
+        return;
+    }
+    long height = cinfo.image_height, width = cinfo.image_width;
+    int num = 8;
+    for (int n = 1; n <= 8; n++) {
+        if (scaled(height, n) >= job->need_h && scaled(width, n) >= job->need_w) {
+            num = n;
+            break;
+        }
+    }
+    cinfo.scale_num = (unsigned int)num;
+    cinfo.scale_denom = 8;
+    cinfo.dct_method = fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.do_fancy_upsampling = TRUE;
+    cinfo.out_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
+    jpeg_start_decompress(&cinfo);
+    long full_h = cinfo.output_height, full_w = cinfo.output_width;
+    int channels = cinfo.output_components;
+    /* The region exactly as image_batch.resize cuts it from a whole decode at this scale. */
+    double fy = (double)full_h / (double)height, fx = (double)full_w / (double)width;
+    double top = job->top * fy, left = job->left * fx, h = job->height * fy, w = job->width * fx;
+    long y0 = nearest(top) > 0 ? nearest(top) : 0, x0 = nearest(left) > 0 ? nearest(left) : 0;
+    long y1 = nearest(top + h) > y0 + 1 ? nearest(top + h) : y0 + 1;
+    long x1 = nearest(left + w) > x0 + 1 ? nearest(left + w) : x0 + 1;
+    y1 = y1 < full_h ? y1 : full_h;
+    x1 = x1 < full_w ? x1 : full_w;
+    /* One column of margin each side: the crop's own edges upsample chroma as the image's do. */
+    JDIMENSION crop_x = (JDIMENSION)(x0 > 0 ? x0 - 1 : 0);
+    JDIMENSION crop_end = (JDIMENSION)(x1 < full_w ? x1 + 1 : full_w);
+    JDIMENSION crop_w = crop_end - crop_x;
+    if (crop_x > 0 || crop_w < (JDIMENSION)full_w) jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);
+    long region_w = x1 - x0, skip_x = x0 - (long)crop_x;
+    job->out_h = y1 - y0;
+    job->out_w = region_w;
+    job->channels = channels;
+    job->pixels = malloc((size_t)(job->out_h * region_w * channels));
+    job->row = malloc((size_t)crop_w * (size_t)channels);
+    JSAMPROW row = job->row;
+    if (job->pixels == NULL || row == NULL) {
+        snprintf(err.message, sizeof(err.message), "out of memory for a %ldx%ld region", job->out_h, region_w);
+        longjmp(err.jump, 1);
+    }
+    if (y0 > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0);
+    for (long y = y0; y < y1; y++) {
+        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+            snprintf(err.message, sizeof(err.message), "no scanline %ld", y);
+            longjmp(err.jump, 1);
+        }
+        memcpy(job->pixels + (y - y0) * region_w * channels, row + skip_x * channels, (size_t)(region_w * channels));
+    }
+    /* The rest is entropy-decoded only, so damage below the region fails as in a full decode. */
+    if (cinfo.output_scanline < cinfo.output_height)
+        jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
+    jpeg_finish_decompress(&cinfo);
+    free(job->row);
+    job->row = NULL;
+    jpeg_destroy_decompress(&cinfo);
+    job->status = DONE;
+}
+
+static void *work(void *arg) {
+    Batch *batch = (Batch *)arg;
+    for (;;) {
+        pthread_mutex_lock(&batch->lock);
+        Py_ssize_t i = batch->next++;
+        pthread_mutex_unlock(&batch->lock);
+        if (i >= batch->count) return NULL;
+        decode_one(&batch->jobs[i], batch->grey, batch->fast_dct);
+    }
+}
+
+static void run_batch(Batch *batch, int threads) {
+    pthread_t ids[64];
+    int started = 0;
+    if (threads > 64) threads = 64;
+    if (threads > batch->count) threads = (int)batch->count;
+    for (int t = 1; t < threads; t++) {
+        if (pthread_create(&ids[started], NULL, work, batch) == 0) started++;
+    }
+    work(batch); /* this thread works too */
+    for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
+}
+
+static PyObject *result_of(Job *job) {
+    if (job->status == UNSUPPORTED) Py_RETURN_NONE;
+    if (job->status == FAILED) return PyUnicode_FromString(job->message);
+    PyObject *pixels = PyByteArray_FromStringAndSize((const char *)job->pixels, job->out_h * job->out_w * job->channels);
+    if (pixels == NULL) return NULL;
+    return Py_BuildValue("(Nlli)", pixels, job->out_h, job->out_w, job->channels);
+}
+
+PyDoc_STRVAR(decode_regions_doc,
+             "decode_regions(images, boxes, grey, fast_dct, threads)\n\n"
+             "Each JPEG's region (top, left, height, width, need_height, need_width) decoded at the smallest\n"
+             "DCT scale that keeps need_height x need_width over the whole image, cut as image_batch.resize\n"
+             "cuts it. Returns per image (pixels HWC bytearray, height, width, channels), an error message (str),\n"
+             "or None for CMYK/YCCK JPEGs (left to the Python path).");
+
+static PyObject *decode_regions(PyObject *self, PyObject *args) {
+    PyObject *images, *boxes;
+    int grey, fast_dct, threads;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOppi", &images, &boxes, &grey, &fast_dct, &threads)) return NULL;
+    PyObject *image_seq = PySequence_Fast(images, "images must be a sequence");
+    if (image_seq == NULL) return NULL;
+    PyObject *box_seq = PySequence_Fast(boxes, "boxes must be a sequence");
+    if (box_seq == NULL) {
+        Py_DECREF(image_seq);
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(image_seq), ready = 0;
+    PyObject *out = NULL;
+    Job *jobs = NULL;
+    if (PySequence_Fast_GET_SIZE(box_seq) != count) {
+        PyErr_SetString(PyExc_ValueError, "one box per image");
+        goto done;
+    }
+    jobs = calloc((size_t)(count > 0 ? count : 1), sizeof(Job));
+    if (jobs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; ready < count; ready++) {
+        Job *job = &jobs[ready];
+        PyObject *box = PySequence_Fast_GET_ITEM(box_seq, ready);
+        if (!PyArg_ParseTuple(box, "llllll", &job->top, &job->left, &job->height, &job->width, &job->need_h,
+                              &job->need_w))
+            goto done;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(image_seq, ready), &job->data, PyBUF_SIMPLE) < 0) goto done;
+    }
+    Batch batch = {.jobs = jobs, .count = count, .next = 0, .grey = grey, .fast_dct = fast_dct};
+    pthread_mutex_init(&batch.lock, NULL);
+    Py_BEGIN_ALLOW_THREADS run_batch(&batch, threads);
+    Py_END_ALLOW_THREADS pthread_mutex_destroy(&batch.lock);
+    out = PyList_New(count);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        PyObject *result = result_of(&jobs[i]);
+        if (result == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, result);
+    }
+done:
+    for (Py_ssize_t i = 0; jobs != NULL && i < count; i++) {
+        if (i < ready) PyBuffer_Release(&jobs[i].data);
+        free(jobs[i].pixels);
+    }
+    free(jobs);
+    Py_DECREF(image_seq);
+    Py_DECREF(box_seq);
+    return out;
+}
+
+PyDoc_STRVAR(read_sizes_doc,
+             "read_sizes(images)\n\nEach JPEG's (height, width) from its header, or libjpeg's message (str).");
+
+static PyObject *read_sizes(PyObject *self, PyObject *images) {
+    (void)self;
+    PyObject *seq = PySequence_Fast(images, "images must be a sequence");
+    if (seq == NULL) return NULL;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = PyList_New(count);
+    for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
+        Py_buffer data;
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, i), &data, PyBUF_SIMPLE) < 0) {
+            Py_CLEAR(out);
+            break;
+        }
+        struct jpeg_decompress_struct cinfo;
+        ErrorManager err;
+        PyObject *result;
+        cinfo.err = jpeg_std_error(&err.pub);
+        err.pub.error_exit = on_error;
+        err.pub.emit_message = on_message;
+        if (setjmp(err.jump)) {
+            result = PyUnicode_FromString(err.message);
+        } else {
+            jpeg_create_decompress(&cinfo);
+            jpeg_mem_src(&cinfo, (const unsigned char *)data.buf, (unsigned long)data.len);
+            jpeg_read_header(&cinfo, TRUE);
+            result = Py_BuildValue("(II)", cinfo.image_height, cinfo.image_width);
+        }
+        jpeg_destroy_decompress(&cinfo);
+        PyBuffer_Release(&data);
+        if (result == NULL) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, result);
+    }
+    Py_DECREF(seq);
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"decode_regions", decode_regions, METH_VARARGS, decode_regions_doc},
+    {"read_sizes", read_sizes, METH_O, read_sizes_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_jpeg", "Region-of-interest JPEG decoding with libjpeg-turbo, a batch per call.",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__jpeg(void) { return PyModule_Create(&module); }
