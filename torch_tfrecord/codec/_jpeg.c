@@ -119,19 +119,31 @@ static void decode_one(Job *job, int grey, int fast_dct) {
     job->out_w = region_w;
     job->channels = channels;
     job->pixels = malloc((size_t)(job->out_h * region_w * channels));
-    job->row = malloc((size_t)crop_w * (size_t)channels);
-    JSAMPROW row = job->row;
-    if (job->pixels == NULL || row == NULL) {
+    /* Rows are read a group at a time (libjpeg's own rows per call), straight into the region
+     * when it is the whole width decoded, else into a scratch group and cut. */
+    int direct = skip_x == 0 && (long)crop_w == region_w;
+    long group = 16; /* jpeg_read_scanlines gives what it has, up to this */
+    size_t row_bytes = (size_t)crop_w * (size_t)channels;
+    if (!direct) job->row = malloc(row_bytes * (size_t)group);
+    if (job->pixels == NULL || (!direct && job->row == NULL)) {
         snprintf(err.message, sizeof(err.message), "out of memory for a %ldx%ld region", job->out_h, region_w);
         longjmp(err.jump, 1);
     }
     if (y0 > 0) jpeg_skip_scanlines(&cinfo, (JDIMENSION)y0);
-    for (long y = y0; y < y1; y++) {
-        if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
+    JSAMPROW rows[16];
+    for (long y = y0; y < y1;) {
+        long want = y1 - y < group ? y1 - y : group;
+        for (long r = 0; r < want; r++)
+            rows[r] = direct ? job->pixels + (size_t)(y - y0 + r) * row_bytes : job->row + (size_t)r * row_bytes;
+        long got = (long)jpeg_read_scanlines(&cinfo, rows, (JDIMENSION)want);
+        if (got <= 0) {
             snprintf(err.message, sizeof(err.message), "no scanline %ld", y);
             longjmp(err.jump, 1);
         }
-        memcpy(job->pixels + (y - y0) * region_w * channels, row + skip_x * channels, (size_t)(region_w * channels));
+        for (long r = 0; !direct && r < got; r++)
+            memcpy(job->pixels + (size_t)(y - y0 + r) * (size_t)(region_w * channels), rows[r] + skip_x * channels,
+                   (size_t)(region_w * channels));
+        y += got;
     }
     /* The rest is entropy-decoded only, so damage below the region fails as in a full decode. */
     if (cinfo.output_scanline < cinfo.output_height)
@@ -166,19 +178,48 @@ static void run_batch(Batch *batch, int threads) {
     for (int t = 0; t < started; t++) pthread_join(ids[t], NULL);
 }
 
+/* A decoded region's pixels, handed to Python without a copy: a writable buffer that frees them. */
+typedef struct {
+    PyObject_HEAD unsigned char *data;
+    Py_ssize_t size;
+} Pixels;
+
+static void pixels_dealloc(Pixels *self) {
+    free(self->data);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pixels_getbuffer(Pixels *self, Py_buffer *view, int flags) {
+    return PyBuffer_FillInfo(view, (PyObject *)self, self->data, self->size, 0, flags);
+}
+
+static PyBufferProcs pixels_buffer = {(getbufferproc)pixels_getbuffer, NULL};
+
+static PyTypeObject PixelsType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "torch_tfrecord.codec._jpeg.Pixels",
+    .tp_basicsize = sizeof(Pixels),
+    .tp_dealloc = (destructor)pixels_dealloc,
+    .tp_as_buffer = &pixels_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A decoded region's pixels (HWC uint8), as a writable buffer.",
+};
+
 static PyObject *result_of(Job *job) {
     if (job->status == UNSUPPORTED) Py_RETURN_NONE;
     if (job->status == FAILED) return PyUnicode_FromString(job->message);
-    PyObject *pixels = PyByteArray_FromStringAndSize((const char *)job->pixels, job->out_h * job->out_w * job->channels);
+    Pixels *pixels = PyObject_New(Pixels, &PixelsType);
     if (pixels == NULL) return NULL;
-    return Py_BuildValue("(Nlli)", pixels, job->out_h, job->out_w, job->channels);
+    pixels->data = job->pixels; /* now the object's */
+    pixels->size = job->out_h * job->out_w * job->channels;
+    job->pixels = NULL;
+    return Py_BuildValue("(Nlli)", (PyObject *)pixels, job->out_h, job->out_w, job->channels);
 }
 
 PyDoc_STRVAR(decode_regions_doc,
              "decode_regions(images, boxes, grey, fast_dct, threads)\n\n"
              "Each JPEG's region (top, left, height, width, need_height, need_width) decoded at the smallest\n"
              "DCT scale that keeps need_height x need_width over the whole image, cut as image_batch.resize\n"
-             "cuts it. Returns per image (pixels HWC bytearray, height, width, channels), an error message (str),\n"
+             "cuts it. Returns per image (pixels: a writable HWC buffer, height, width, channels), an error message (str),\n"
              "or None for CMYK/YCCK JPEGs (left to the Python path).");
 
 static PyObject *decode_regions(PyObject *self, PyObject *args) {
@@ -283,4 +324,7 @@ static struct PyModuleDef module = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__jpeg(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__jpeg(void) {
+    if (PyType_Ready(&PixelsType) < 0) return NULL;
+    return PyModule_Create(&module);
+}

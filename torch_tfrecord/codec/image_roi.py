@@ -65,6 +65,6 @@ def decode_regions(
             out.append(None if result is None else ValueError(result))
             continue
         pixels, height, width, channels = result
-        array = torch.frombuffer(pixels, dtype=torch.uint8)  # a bytearray: owned, writable, no copy
+        array = torch.frombuffer(pixels, dtype=torch.uint8)  # the decoder's own buffer: no copy
         out.append(array.view(height, width, channels).permute(2, 0, 1))
     return out
