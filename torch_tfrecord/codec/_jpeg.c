@@ -109,6 +109,9 @@ static void decode_one(Job *job, int grey, int fast_dct) {
     long x1 = nearest(left + w) > x0 + 1 ? nearest(left + w) : x0 + 1;
     y1 = y1 < full_h ? y1 : full_h;
     x1 = x1 < full_w ? x1 : full_w;
+    /* A sliver at the far edge that rounds away entirely keeps its last pixel (resize() would fail). */
+    y0 = y0 < y1 ? y0 : y1 - 1;
+    x0 = x0 < x1 ? x0 : x1 - 1;
     /* One column of margin each side: the crop's own edges upsample chroma as the image's do. */
     JDIMENSION crop_x = (JDIMENSION)(x0 > 0 ? x0 - 1 : 0);
     JDIMENSION crop_end = (JDIMENSION)(x1 < full_w ? x1 + 1 : full_w);
@@ -145,9 +148,18 @@ static void decode_one(Job *job, int grey, int fast_dct) {
                    (size_t)(region_w * channels));
         y += got;
     }
-    /* The rest is entropy-decoded only, so damage below the region fails as in a full decode. */
-    if (cinfo.output_scanline < cinfo.output_height)
-        jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
+    /* The rest is entropy-decoded (skipped rows) up to the last row, which is decoded: a skip to
+     * the very end would read nothing, and damage below the region must fail as in a full decode. */
+    if (cinfo.output_scanline + 1 < cinfo.output_height)
+        jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
+    if (cinfo.output_scanline < cinfo.output_height) {
+        if (job->row == NULL) job->row = malloc(row_bytes);
+        JSAMPROW last = job->row;
+        if (last == NULL || jpeg_read_scanlines(&cinfo, &last, 1) != 1) {
+            snprintf(err.message, sizeof(err.message), "no last scanline");
+            longjmp(err.jump, 1);
+        }
+    }
     jpeg_finish_decompress(&cinfo);
     free(job->row);
     job->row = NULL;

@@ -277,7 +277,10 @@ def _decode_regions_into(
     decoded = image_roi.decode_regions(
         [encoded[i] for i in boxes], regions, spec.mode == "L", spec.dct == "fast", _threads()
     )
-    results: dict[int, torch.Tensor | ValueError | None] = {**dict(zip(boxes, decoded, strict=True)), **failed}
+    results: dict[int, torch.Tensor | ValueError | None] = {
+        **dict(zip(boxes, decoded, strict=True)),
+        **failed,
+    }
 
     def into(i: int) -> torch.Tensor:
         result = results.get(i)
