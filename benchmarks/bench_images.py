@@ -7,14 +7,18 @@ cache (a warm-up pass first) and yields uint8 batches [32, 3, 224, 224] (TensorF
 [32, 224, 224, 3], what tf.image.resize returns):
 
 - ours: tt.Image(size=224) with crop "resize", "center" and "random" (RandomResizedCrop),
-  batch mode, with 0 DataLoader workers (the codec's threads only) and with 2;
+  batch mode, with 0 DataLoader workers (the codec's threads only) and with 2; JPEGs go through
+  the region-of-interest decoder (torch_tfrecord.codec._jpeg: only the kept region is decoded,
+  a batch per native call) where it is built, and the center and random crops once more
+  without it ("whole-image decode": today's path before it, the same pixels);
 - TensorFlow tf.data (in --tf-python's interpreter), as its users write it (tf.image.resize's
   defaults, no shuffle buffer), num_parallel_calls=AUTOTUNE, batch, prefetch: parse +
   decode_jpeg + resize; the same with decode_jpeg(ratio=2); sample_distorted_bounding_box +
   decode_and_crop_jpeg + resize (random crops, decoding only the region kept);
-- the codec's limit: the same reduced-size decodes (each crop policy) of the same JPEGs, held
-  in memory, in batches through the codec's thread pool on every core, with no reading, parsing
-  or DataLoader; and the Huffman floor: each JPEG decoded at 1/8 scale on every core;
+- the codec's limit: the same reduced-size decodes (each crop policy, random crops also without
+  region decoding) of the same JPEGs, held in memory, in batches through the codec's thread pool
+  on every core, with no reading, parsing or DataLoader; and the Huffman floor: each JPEG decoded
+  at 1/8 scale on every core;
 - with --others: a full decode + resize in the transform, torchvision ImageFolder + Pillow, and
   the `tfrecord` package + Pillow (--tfrecord-path), 2 workers each.
 
@@ -197,6 +201,20 @@ for _ in range(int(sys.argv[3])):
 """
 
 
+def without_regions(run: Callable[[], int]) -> Callable[[], int]:
+    """``run`` with the region-of-interest decoder switched off (forked workers inherit the switch)."""
+    from torch_tfrecord.codec import image_roi
+
+    def whole_image() -> int:
+        compiled, image_roi.compiled = image_roi.compiled, None
+        try:
+            return run()
+        finally:
+            image_roi.compiled = compiled
+
+    return whole_image
+
+
 def read_encoded(shards: list[str]) -> list[bytes]:
     """Every JPEG of the shards, in memory: what the codec's limit decodes."""
     spec = {"image/encoded": tt.FixedLen((), bytes)}
@@ -258,9 +276,24 @@ def main() -> None:
             pipelines[name] = lambda spec=spec, workers=workers: ours(  # type: ignore[misc]
                 shards, spec, workers=workers, batch_mode=True
             )
+    from torch_tfrecord.codec import image_roi
+
+    if image_roi.available():
+        for crop in ("center", "random"):
+            for workers in (0, 2):
+                name = f"ours: tt.Image(size=224, crop={crop!r}), whole-image decode, {workers} workers"
+                pipelines[name] = without_regions(
+                    lambda spec=OURS[crop], workers=workers: ours(  # type: ignore[misc]
+                        shards, spec, workers=workers, batch_mode=True
+                    )
+                )
     for crop, spec in OURS.items():
         pipelines[f"codec's limit: crop={crop!r}, decodes alone on every core"] = (
             lambda spec=spec: codec_limit(encoded, spec)  # type: ignore[misc]
+        )
+    if image_roi.available():
+        pipelines["codec's limit: crop='random', whole-image decode, on every core"] = without_regions(
+            lambda: codec_limit(encoded, OURS["random"])
         )
     pipelines["Huffman floor: decode at 1/8 on every core"] = lambda: huffman_floor(encoded)
     if args.others:
@@ -308,7 +341,12 @@ def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list
         versus_tf = share = ""
         if crop and name.startswith("ours"):
             versus_tf = f"{value / tf_faster[crop]:.2f}" if tf_faster[crop] else ""
-            limit = median.get(f"codec's limit: crop={crop!r}, decodes alone on every core")
+            whole = "whole-image" in name
+            limit = median.get(
+                f"codec's limit: crop={crop!r}, whole-image decode, on every core"
+                if whole
+                else f"codec's limit: crop={crop!r}, decodes alone on every core"
+            )
             share = f"{value / limit:.0%}" if limit else ""
         print(f"| {name} | {value:.0f} | {versus_tf} | {share} |")
 
