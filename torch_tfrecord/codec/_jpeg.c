@@ -52,7 +52,7 @@ typedef struct {
 typedef struct {
     Job *jobs;
     Py_ssize_t count, next;
-    int grey, fast_dct;
+    int grey, fast_dct, tf_crop;
     pthread_mutex_t lock;
 } Batch;
 
@@ -61,7 +61,7 @@ static long scaled(long size, int num) { return (size * num + 7) / 8; }
 /* Python's round() (half to even), as torch_tfrecord.codec.image_batch.resize rounds edges. */
 static long nearest(double value) { return (long)nearbyint(value); }
 
-static void decode_one(Job *job, int grey, int fast_dct) {
+static void decode_one(Job *job, int grey, int fast_dct, int tf_crop) {
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
     cinfo.err = jpeg_std_error(&err.pub);
@@ -101,21 +101,49 @@ static void decode_one(Job *job, int grey, int fast_dct) {
     jpeg_start_decompress(&cinfo);
     long full_h = cinfo.output_height, full_w = cinfo.output_width;
     int channels = cinfo.output_components;
-    /* The region exactly as image_batch.resize cuts it from a whole decode at this scale. */
-    double fy = (double)full_h / (double)height, fx = (double)full_w / (double)width;
-    double top = job->top * fy, left = job->left * fx, h = job->height * fy, w = job->width * fx;
-    long y0 = nearest(top) > 0 ? nearest(top) : 0, x0 = nearest(left) > 0 ? nearest(left) : 0;
-    long y1 = nearest(top + h) > y0 + 1 ? nearest(top + h) : y0 + 1;
-    long x1 = nearest(left + w) > x0 + 1 ? nearest(left + w) : x0 + 1;
-    y1 = y1 < full_h ? y1 : full_h;
-    x1 = x1 < full_w ? x1 : full_w;
-    /* A sliver at the far edge that rounds away entirely keeps its last pixel (resize() would fail). */
-    y0 = y0 < y1 ? y0 : y1 - 1;
-    x0 = x0 < x1 ? x0 : x1 - 1;
-    /* One column of margin each side: the crop's own edges upsample chroma as the image's do. */
-    JDIMENSION crop_x = (JDIMENSION)(x0 > 0 ? x0 - 1 : 0);
-    JDIMENSION crop_end = (JDIMENSION)(x1 < full_w ? x1 + 1 : full_w);
-    JDIMENSION crop_w = crop_end - crop_x;
+    long y0, y1, x0, x1; /* the region: rows of the scaled image, columns of the scaled image */
+    JDIMENSION crop_x, crop_w;
+    if (tf_crop) {
+        /* TensorFlow's decode_and_crop_jpeg (tf_jpeg.decode_jpeg_crop_fast): decoded from the box's
+         * iMCU column to its right edge, both upsampled as image edges; the box cut from that as
+         * image_batch.resize cuts it. */
+        long mcu_w = cinfo.num_components == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
+        long mcu_h = cinfo.num_components == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+        long cut_x = job->left / mcu_w * mcu_w, cut_y = (job->top / mcu_h - 1) * mcu_h;
+        long cut_end = ((job->top + job->height + mcu_h - 1) / mcu_h + 1) * mcu_h;
+        cut_y = cut_y > 0 ? cut_y : 0;
+        cut_end = cut_end < height ? cut_end : height;
+        long cut_h = scaled(cut_end - cut_y, num), cut_w = scaled(job->left + job->width - cut_x, num);
+        double scale = num / 8.0;
+        double top = (double)(job->top - cut_y) * scale, left = (double)(job->left - cut_x) * scale;
+        double h = job->height * scale, w = job->width * scale;
+        long ry0 = nearest(top) > 0 ? nearest(top) : 0, rx0 = nearest(left) > 0 ? nearest(left) : 0;
+        long ry1 = nearest(top + h) > ry0 + 1 ? nearest(top + h) : ry0 + 1;
+        long rx1 = nearest(left + w) > rx0 + 1 ? nearest(left + w) : rx0 + 1;
+        ry1 = ry1 < cut_h ? ry1 : cut_h;
+        rx1 = rx1 < cut_w ? rx1 : cut_w;
+        ry0 = ry0 < ry1 ? ry0 : ry1 - 1;
+        rx0 = rx0 < rx1 ? rx0 : rx1 - 1;
+        long sx = cut_x * num / 8, sy = cut_y * num / 8;
+        y0 = sy + ry0, y1 = sy + ry1, x0 = sx + rx0, x1 = sx + rx1;
+        crop_x = (JDIMENSION)sx;
+        crop_w = (JDIMENSION)(sx + cut_w < full_w ? cut_w : full_w - sx);
+    } else {
+        /* The region exactly as image_batch.resize cuts it from a whole decode at this scale. */
+        double fy = (double)full_h / (double)height, fx = (double)full_w / (double)width;
+        double top = job->top * fy, left = job->left * fx, h = job->height * fy, w = job->width * fx;
+        y0 = nearest(top) > 0 ? nearest(top) : 0, x0 = nearest(left) > 0 ? nearest(left) : 0;
+        y1 = nearest(top + h) > y0 + 1 ? nearest(top + h) : y0 + 1;
+        x1 = nearest(left + w) > x0 + 1 ? nearest(left + w) : x0 + 1;
+        y1 = y1 < full_h ? y1 : full_h;
+        x1 = x1 < full_w ? x1 : full_w;
+        /* A sliver at the far edge that rounds away entirely keeps its last pixel (resize() would fail). */
+        y0 = y0 < y1 ? y0 : y1 - 1;
+        x0 = x0 < x1 ? x0 : x1 - 1;
+        /* One column of margin each side: the crop's own edges upsample chroma as the image's do. */
+        crop_x = (JDIMENSION)(x0 > 0 ? x0 - 1 : 0);
+        crop_w = (JDIMENSION)(x1 < full_w ? x1 + 1 : full_w) - crop_x;
+    }
     if (crop_x > 0 || crop_w < (JDIMENSION)full_w) jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);
     long region_w = x1 - x0, skip_x = x0 - (long)crop_x;
     job->out_h = y1 - y0;
@@ -174,7 +202,7 @@ static void *work(void *arg) {
         Py_ssize_t i = batch->next++;
         pthread_mutex_unlock(&batch->lock);
         if (i >= batch->count) return NULL;
-        decode_one(&batch->jobs[i], batch->grey, batch->fast_dct);
+        decode_one(&batch->jobs[i], batch->grey, batch->fast_dct, batch->tf_crop);
     }
 }
 
@@ -228,17 +256,18 @@ static PyObject *result_of(Job *job) {
 }
 
 PyDoc_STRVAR(decode_regions_doc,
-             "decode_regions(images, boxes, grey, fast_dct, threads)\n\n"
+             "decode_regions(images, boxes, grey, fast_dct, tf_crop, threads)\n\n"
              "Each JPEG's region (top, left, height, width, need_height, need_width) decoded at the smallest\n"
              "DCT scale that keeps need_height x need_width over the whole image, cut as image_batch.resize\n"
-             "cuts it. Returns per image (pixels: a writable HWC buffer, height, width, channels), an error message (str),\n"
-             "or None for CMYK/YCCK JPEGs (left to the Python path).");
+             "cuts it (tf_crop: as decode_and_crop_jpeg decodes the box). Returns per image (pixels: a\n"
+             "writable HWC buffer, height, width, channels), an error message (str), or None for CMYK/YCCK\n"
+             "JPEGs (left to the Python path).");
 
 static PyObject *decode_regions(PyObject *self, PyObject *args) {
     PyObject *images, *boxes;
-    int grey, fast_dct, threads;
+    int grey, fast_dct, tf_crop, threads;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOppi", &images, &boxes, &grey, &fast_dct, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOpppi", &images, &boxes, &grey, &fast_dct, &tf_crop, &threads)) return NULL;
     PyObject *image_seq = PySequence_Fast(images, "images must be a sequence");
     if (image_seq == NULL) return NULL;
     PyObject *box_seq = PySequence_Fast(boxes, "boxes must be a sequence");
@@ -266,7 +295,8 @@ static PyObject *decode_regions(PyObject *self, PyObject *args) {
             goto done;
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(image_seq, ready), &job->data, PyBUF_SIMPLE) < 0) goto done;
     }
-    Batch batch = {.jobs = jobs, .count = count, .next = 0, .grey = grey, .fast_dct = fast_dct};
+    Batch batch = {.jobs = jobs, .count = count, .next = 0, .grey = grey, .fast_dct = fast_dct,
+                   .tf_crop = tf_crop};
     pthread_mutex_init(&batch.lock, NULL);
     Py_BEGIN_ALLOW_THREADS run_batch(&batch, threads);
     Py_END_ALLOW_THREADS pthread_mutex_destroy(&batch.lock);

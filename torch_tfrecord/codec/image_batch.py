@@ -27,7 +27,13 @@ import torch.nn.functional as F
 from ..support.seeds import mix_seed
 from . import image_roi
 from .spec import Image
-from .tf_jpeg import decode_jpeg_crop_fast, decode_jpeg_fast, fast_dct_library, simplejpeg_module
+from .tf_jpeg import (
+    crop_library,
+    decode_jpeg_crop_fast,
+    decode_jpeg_fast,
+    fast_dct_library,
+    simplejpeg_module,
+)
 
 __all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
 
@@ -251,10 +257,17 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
 
 
 def _regions_apply(spec: Image) -> bool:
-    """Whether the batch's JPEGs go through :mod:`.image_roi`: where it gives today's pixels, those of
-    simplejpeg's scaled decode (``dct="fast"`` crops keep ``decode_and_crop_jpeg``'s own pixels)."""
-    if not image_roi.available() or (spec.dct == "fast" and spec.crop != "resize"):
+    """Whether the batch's JPEGs go through :mod:`.image_roi`: where it gives the pixels of the path
+    without it (simplejpeg's scaled decode; ``decode_and_crop_jpeg``'s for ``dct="fast"`` crops,
+    which still need the ``fastjpeg`` extra as without it: CMYK JPEGs go through PyTurboJPEG)."""
+    if not image_roi.available():
         return False
+    if spec.dct == "fast" and spec.crop != "resize":
+        try:
+            crop_library()
+        except ImportError:
+            return False  # the Python path then names the extra
+        return True
     return spec.dct == "fast" or _simplejpeg() is not None
 
 
@@ -274,9 +287,9 @@ def _decode_regions_into(
             continue
         box = boxes[i] = crop_box(*header, spec, generators[i])
         regions.append((*box, *_needed(*header, box, size)))
-    decoded = image_roi.decode_regions(
-        [encoded[i] for i in boxes], regions, spec.mode == "L", spec.dct == "fast", _threads()
-    )
+    fast, jpegs_kept = spec.dct == "fast", [encoded[i] for i in boxes]
+    tf_crop = fast and spec.crop != "resize"  # TensorFlow's decode_and_crop_jpeg pixels
+    decoded = image_roi.decode_regions(jpegs_kept, regions, spec.mode == "L", fast, _threads(), tf_crop)
     results: dict[int, torch.Tensor | ValueError | None] = {
         **dict(zip(boxes, decoded, strict=True)),
         **failed,

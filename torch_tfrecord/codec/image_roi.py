@@ -3,7 +3,8 @@
 Each JPEG's kept region is decoded alone: the iMCU rows and columns that cover it
 (libjpeg-turbo's ``jpeg_crop_scanline`` and ``jpeg_skip_scanlines``), at the smallest DCT scale
 that keeps at least the output's pixels across it, on native threads with the GIL released. The
-pixels are those of a whole decode at that scale (simplejpeg's, value for value), cut as
+pixels are those of a whole decode at that scale (simplejpeg's, value for value; or, asked,
+TensorFlow's ``decode_and_crop_jpeg``'s), cut as
 :func:`torch_tfrecord.codec.image_batch.resize` cuts them: one pixel of margin each side keeps
 chroma upsampling the same at the region's edges, and the rows below the region are still
 entropy-decoded, so damage anywhere in the file fails as a whole decode does. setup.py builds
@@ -42,7 +43,12 @@ def read_sizes(encoded: Sequence[bytes | memoryview]) -> list[tuple[int, int] | 
 
 
 def decode_regions(
-    encoded: Sequence[bytes | memoryview], regions: Sequence[Region], grey: bool, fast_dct: bool, threads: int
+    encoded: Sequence[bytes | memoryview],
+    regions: Sequence[Region],
+    grey: bool,
+    fast_dct: bool,
+    threads: int,
+    tf_crop: bool = False,
 ) -> list[torch.Tensor | ValueError | None]:
     """The regions of a batch of JPEGs, decoded on ``threads`` native threads.
 
@@ -52,6 +58,9 @@ def decode_regions(
         grey: decode the luma plane (one channel) instead of RGB.
         fast_dct: libjpeg's fast integer inverse DCT (TensorFlow's default) instead of the accurate one.
         threads: native threads to decode on.
+        tf_crop: decode each box as TensorFlow's ``decode_and_crop_jpeg`` does (the pixels of
+            :func:`~torch_tfrecord.codec.tf_jpeg.decode_jpeg_crop_fast`: the crop's left and right
+            edges upsampled as the image's), not as a whole decode.
 
     Returns:
         Per JPEG: its region as a uint8 ``[C, H, W]`` tensor (a channels-last view), the error
@@ -60,7 +69,7 @@ def decode_regions(
     """
     assert compiled is not None
     out: list[torch.Tensor | ValueError | None] = []
-    for result in compiled.decode_regions(encoded, regions, grey, fast_dct, threads):
+    for result in compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads):
         if result is None or isinstance(result, str):
             out.append(None if result is None else ValueError(result))
             continue
