@@ -22,6 +22,10 @@ cache (a warm-up pass first) and yields uint8 batches [32, 3, 224, 224] (TensorF
 - with --others: a full decode + resize in the transform, torchvision ImageFolder + Pillow, and
   the `tfrecord` package + Pillow (--tfrecord-path), 2 workers each.
 
+Each pipeline is also timed in CPU seconds (this process's and its reaped workers', TensorFlow's
+process's, every thread counted): images per CPU second hold where other work on a shared
+machine makes the wall-clock rates swing.
+
 Rounds are interleaved (every pipeline once per round); medians over rounds are printed, with
 each of ours against TensorFlow's faster pipeline for the same output (resize and center crop:
 the faster of resize and ratio=; random crops: decode_and_crop_jpeg) and its share of the
@@ -194,10 +198,10 @@ ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 ds = ds.batch(32).prefetch(tf.data.AUTOTUNE)
 for _ in ds.take(4): pass
 for _ in range(int(sys.argv[3])):
-    start, seen = time.perf_counter(), 0
+    start, cpu, seen = time.perf_counter(), time.process_time(), 0
     for images, _ in ds:
         seen += int(images.shape[0])
-    print(seen / (time.perf_counter() - start))
+    print(seen / (time.perf_counter() - start), seen / (time.process_time() - cpu))
 """
 
 
@@ -306,27 +310,44 @@ def main() -> None:
                 shards, args.tfrecord_path
             )
     rates: dict[str, list[float]] = {name: [] for name in [*pipelines, *TF_NAMES.values()]}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in rates}
     for run in pipelines.values():  # warm-up: page cache, imports
         run()
     for round_ in range(args.rounds):
         for name, run in pipelines.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds()
             seen = run()
             rates[name].append(seen / (time.perf_counter() - start))
+            cpu_rates[name].append(seen / (cpu_seconds() - cpu))
         if os.path.exists(args.tf_python):
             for kind, name in TF_NAMES.items():
-                rates[name] += [
-                    float(v) for v in run_script(args.tf_python, TF_SCRIPT, ",".join(shards), kind, "1")
-                ]
+                wall, per_cpu = run_script(args.tf_python, TF_SCRIPT, ",".join(shards), kind, "1")
+                rates[name].append(float(wall))
+                cpu_rates[name].append(float(per_cpu))
         print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
-    report(rates, args.images, args.rounds, shards)
+    report(rates, cpu_rates, args.images, args.rounds, shards)
 
 
-def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list[str]) -> None:
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children that have ended (workers)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def report(
+    rates: dict[str, list[float]],
+    cpu_rates: dict[str, list[float]],
+    images: int,
+    rounds: int,
+    shards: list[str],
+) -> None:
     """The table: medians, each of ours against TensorFlow's faster pipeline for the same output
     (resize and center crop: the faster of resize and ratio=; random: decode_and_crop_jpeg) and
-    against the codec's limit for the same spec."""
+    against the codec's limit for the same spec; then images per CPU second, ours against TF's."""
     median = {name: statistics.median(values) for name, values in rates.items() if values}
+    per_cpu = {name: statistics.median(values) for name, values in cpu_rates.items() if values}
     tf_resize = max((median.get(TF_NAMES[k], 0.0) for k in ("resize", "ratio")), default=0.0)
     tf_faster = {"resize": tf_resize, "center": tf_resize, "random": median.get(TF_NAMES["crop"], 0.0)}
     average_kb = sum(os.path.getsize(path) for path in shards) / images / 1e3
@@ -334,13 +355,19 @@ def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list
         f"\n{images} images 640x480 (~{average_kb:.0f} KB), batches of {BATCH} at {SIZE}x{SIZE}, "
         f"{os.cpu_count()} cores, median of {rounds} interleaved rounds\n"
     )
-    print("| pipeline | images/s | x TF's faster, same output | share of the codec's limit |")
-    print("|---|---|---|---|")
+    tf_cpu_resize = max((per_cpu.get(TF_NAMES[k], 0.0) for k in ("resize", "ratio")), default=0.0)
+    tf_cpu = {"resize": tf_cpu_resize, "center": tf_cpu_resize, "random": per_cpu.get(TF_NAMES["crop"], 0.0)}
+    print(
+        "| pipeline | images/s | x TF's faster, same output | share of the codec's limit "
+        "| images per CPU second | x TF's, per CPU second |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, value in median.items():
         crop = next((c for c in OURS if f"crop={c!r}" in name), None)
-        versus_tf = share = ""
+        versus_tf = share = versus_tf_cpu = ""
         if crop and name.startswith("ours"):
             versus_tf = f"{value / tf_faster[crop]:.2f}" if tf_faster[crop] else ""
+            versus_tf_cpu = f"{per_cpu[name] / tf_cpu[crop]:.2f}" if tf_cpu[crop] else ""
             whole = "whole-image" in name
             limit = median.get(
                 f"codec's limit: crop={crop!r}, whole-image decode, on every core"
@@ -348,7 +375,7 @@ def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list
                 else f"codec's limit: crop={crop!r}, decodes alone on every core"
             )
             share = f"{value / limit:.0%}" if limit else ""
-        print(f"| {name} | {value:.0f} | {versus_tf} | {share} |")
+        print(f"| {name} | {value:.0f} | {versus_tf} | {share} | {per_cpu[name]:.0f} | {versus_tf_cpu} |")
 
 
 if __name__ == "__main__":
