@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_imagecodec import photo as imagecodec_photo
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch, image_roi
@@ -33,19 +34,8 @@ def photo(
     progressive: bool = False,
     grey: bool = False,
 ) -> bytes:
-    """A COCO-sized photo-like JPEG (gradients, discs, sensor noise), as benchmarks/bench_images.py makes."""
-    rng = np.random.default_rng(seed)
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    image = np.stack(
-        [128 + 60 * np.sin(x / rng.uniform(20, 70) + c) * np.cos(y / rng.uniform(20, 70)) for c in range(3)],
-        -1,
-    )
-    for _ in range(6):
-        cx, cy, radius = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(10, 120)
-        inside = (x - cx) ** 2 + (y - cy) ** 2 < radius**2
-        image[inside] = image[inside] * 0.5 + rng.uniform(0, 255, 3) * 0.5
-    image += rng.normal(0, 10, image.shape)
-    pil = PIL.fromarray(image.clip(0, 255).astype(np.uint8))
+    """A COCO-sized photo-like JPEG (test_imagecodec's gradients, discs and noise) encoded as asked."""
+    pil = PIL.open(io.BytesIO(imagecodec_photo(seed, width, height, fmt="PNG")))
     buffer = io.BytesIO()
     (pil.convert("L") if grey else pil).save(
         buffer, format="JPEG", quality=85, subsampling=subsampling, progressive=progressive
@@ -161,7 +151,8 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 @pytest.mark.parametrize("kind", ["4:2:0", "4:4:4", "grey", "progressive", "odd"])
 def test_psnr_against_full_decode_crop_resize(kind: str) -> None:
-    """The stated bound: region decode + resize within 33 dB PSNR of full decode + crop + resize (float)."""
+    """The stated bound: region decode + resize within 35 dB PSNR of full decode + crop + resize (float;
+    measured: at least 39.1 dB, medians 44-56)."""
     width, height = (333, 251) if kind == "odd" else (640, 480)
     encoded = [
         photo(
@@ -183,7 +174,7 @@ def test_psnr_against_full_decode_crop_resize(kind: str) -> None:
             top, left, h, w = box
             full = decode_image(data, spec.mode)[None, :, top : top + h, left : left + w].float()
             reference = F.interpolate(full, size=(224, 224), mode="bilinear", antialias=True)[0]
-            assert psnr(batch[i], reference.round().clamp(0, 255)) > 33, (kind, crop, i, box)
+            assert psnr(batch[i], reference.round().clamp(0, 255)) > 35, (kind, crop, i, box)
 
 
 def test_cmyk_jpegs_take_the_python_path_with_the_same_box(monkeypatch: pytest.MonkeyPatch) -> None:
