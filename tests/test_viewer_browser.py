@@ -77,8 +77,7 @@ def _numbers(page: Any) -> list[int]:
 
 def test_records_are_paged(page: Any) -> None:
     _open(page, "records/0/0")
-    page.wait_for_selector("#range")
-    assert page.inner_text("#range") == "records 0\u201319 of 60"
+    expect(page.locator("#range")).to_have_text("records 0\u201319 of 60")
     assert _numbers(page) == list(range(20))
     page.click("#next")
     expect(page.locator("#range")).to_have_text("records 20\u201339 of 60")

@@ -47,7 +47,8 @@ def cmd_view(args: argparse.Namespace) -> int:
     logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # the page lists the damage
     catalog = Catalog(args.paths, storage_options(args), stats_records=args.stats_records)
     server = make_server(catalog, args.host, args.port)
-    catalog.start()
+    catalog.start(build=False)  # indexes beside the files are loaded at once (cheap) ...
+    server.allow_builds_when_quiet()  # ... index builds and verification wait for the first page
     print(
         f"torch-tfrecord view: {len(catalog.shards)} file(s) at {server.url}  (Ctrl-C stops it)", flush=True
     )

@@ -30,6 +30,10 @@ PAGE_LIMIT = 200  # records one request may ask for
 SCHEMA_RECORDS = 1000  # records the schema is inferred from, as `torch-tfrecord schema` does
 _SEARCH_CHUNK = 256
 _SEARCH_SECONDS = 1.5  # a search answers within about this long, with where to go on from
+# Images up to this size come inside a page's JSON (fewer requests for the first page), up to a
+# total per page; larger ones the page fetches one by one.
+INLINE_IMAGE = 64 << 10
+INLINE_PAGE = 1 << 20
 
 
 class ViewerError(TFRecordError, LookupError):
@@ -66,10 +70,16 @@ class Catalog:
         self._schema: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> None:
-        """Loads or builds every file's index in the background."""
+    def start(self, build: bool = True) -> None:
+        """Loads every file's index in the background, and builds those missing (local files)
+        then, or with ``build=False`` once :meth:`allow_builds` is called."""
         for shard in self.shards:
-            shard.start()
+            shard.start(build)
+
+    def allow_builds(self) -> None:
+        """Lets the index builds and verifications that :meth:`start` held back begin."""
+        for shard in self.shards:
+            shard.allow_build()
 
     def close(self) -> None:
         for shard in self.shards:
@@ -94,14 +104,19 @@ class Catalog:
         page["shard"] = shard.describe()
         if reads is None:
             return {**page, "pending": True, "records": []}
-        page["records"] = [self._view(read) for read in reads]
+        budget = INLINE_PAGE
+        page["records"] = []
+        for read in reads:
+            shown = self._view(read, min(INLINE_IMAGE, budget))
+            budget -= len(shown.get("image_data") or "")
+            page["records"].append(shown)
         return {**page, "pending": False}
 
-    def _view(self, read: RecordRead) -> dict[str, Any]:
+    def _view(self, read: RecordRead, inline_limit: int) -> dict[str, Any]:
         where = {"number": read.number, "offset": read.offset, "framed_size": read.framed_size}
         if read.payload is None:
             return {**where, "error": read.error}
-        return {**where, "error": None, **view_record(read.payload, self.class_names)}
+        return {**where, "error": None, **view_record(read.payload, self.class_names, inline_limit)}
 
     def locate(self, file: int, offset: int) -> dict[str, Any]:
         """The record holding byte ``offset`` of a file (``pending`` until its index is ready)."""

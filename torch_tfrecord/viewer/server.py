@@ -13,6 +13,8 @@ import http.server
 import json
 import logging
 import secrets
+import threading
+import time
 import urllib.parse
 from importlib import resources
 from typing import Any
@@ -40,6 +42,14 @@ _SECURITY_HEADERS = {
 }
 
 
+# The background work that competes for the CPU (index builds, verification) starts once the
+# server has answered a first request
+# and then had none in flight for this long (the first page and its images are served), or this
+# long after the first request at the latest; a page that needs an index starts it at once.
+QUIET_SECONDS = 0.3
+LATEST_SECONDS = 3.0
+
+
 class ViewerServer(http.server.ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its catalog and its token (None: none needed)."""
 
@@ -49,6 +59,44 @@ class ViewerServer(http.server.ThreadingHTTPServer):
         super().__init__(address, _Handler)
         self.catalog = catalog
         self.token = token
+        self._activity = threading.Condition()
+        self._in_flight = 0
+        self._first: float | None = None  # when the first request came
+        self._last = 0.0  # when the last request was answered
+
+    def request_began(self) -> None:
+        with self._activity:
+            self._in_flight += 1
+            if self._first is None:
+                self._first = time.monotonic()
+                self._activity.notify_all()
+
+    def request_ended(self) -> None:
+        with self._activity:
+            self._in_flight -= 1
+            self._last = time.monotonic()
+            self._activity.notify_all()
+
+    def allow_builds_when_quiet(self) -> threading.Thread:
+        """Lets the catalog's index builds and verifications begin (:meth:`Catalog.allow_builds`)
+        once the first page is served, watching from a daemon thread: the first page never shares
+        the CPU with an index build."""
+
+        def wait_then_start() -> None:
+            with self._activity:
+                while self._first is None:
+                    self._activity.wait()
+                while True:
+                    now = time.monotonic()
+                    quiet = self._in_flight == 0 and now - self._last >= QUIET_SECONDS
+                    if quiet or now - self._first >= LATEST_SECONDS:
+                        break
+                    self._activity.wait(QUIET_SECONDS / 3)
+            self.catalog.allow_builds()
+
+        thread = threading.Thread(target=wait_then_start, name="allow index builds", daemon=True)
+        thread.start()
+        return thread
 
     @property
     def url(self) -> str:
@@ -117,6 +165,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return host in (LOCALHOST, "localhost")
 
     def do_GET(self) -> None:
+        self.server.request_began()
+        try:
+            self._answer()
+        finally:
+            self.server.request_ended()
+
+    def _answer(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if not self._allowed(query):
@@ -149,6 +204,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, body, content_type)
         elif path == "/api/mask":
             self._send(200, catalog.mask(_int(query, "file"), _int(query, "record")), "image/png")
+        elif path == "/api/index":
+            catalog.shard(_int(query, "file")).build()
+            self._json(200, catalog.files())
         elif path == "/api/verify":
             catalog.shard(_int(query, "file")).verify()
             self._json(200, catalog.files())
