@@ -138,10 +138,10 @@ def view_record(
                 ],
             }
         )
-    key = image_key(features)
-    view["image"] = key
-    if key is not None:
-        image = features[key][1][0]
+    shown = image_key(features)
+    view["image"] = shown
+    if shown is not None:
+        image = features[shown][1][0]
         if len(image) <= inline_limit:
             view["image_data"] = f"data:{image_type(image)};base64,{base64.b64encode(image).decode()}"
         view["boxes"] = _boxes(features, class_names or {})
