@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -60,6 +61,22 @@ def test_the_api_without_torch_and_a_clean_stop_on_ctrl_c(detection: Path) -> No
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0
     assert "stopped" in stderr and "Traceback" not in stderr
+
+
+def test_an_index_build_waits_for_the_first_page(tmp_path: Path) -> None:
+    path = write_detection(tmp_path, records=30)
+    Path(str(path) + ".idx").unlink()
+    with running_viewer(str(path)) as (url, _):
+        time.sleep(1.0)  # listening, asked nothing: nothing is built
+        status, files = _get(url + "api/files")
+        assert status == 200 and files["files"][0]["state"] == "pending", files
+        assert files["files"][0]["no_jump"] == "jumps wait for the index, which is being loaded or built"
+        # once the server is quiet after that first page, the build begins and ends
+        deadline = time.monotonic() + 30
+        while files["files"][0]["state"] != "ready" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            files = _get(url + "api/files")[1]
+        assert files["files"][0]["records"] == 30 and files["files"][0]["verified"] == "ok"
 
 
 def _listening(port: int) -> bool:
