@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -18,6 +19,8 @@ from typing import Any
 import pytest
 from viewer_data import write_detection
 from viewer_server import running_viewer
+
+from torch_tfrecord.viewer import Catalog, make_server
 
 pytest.importorskip("PIL", reason="the test data's images need Pillow")
 
@@ -77,6 +80,46 @@ def test_an_index_build_waits_for_the_first_page(tmp_path: Path) -> None:
             time.sleep(0.05)
             files = _get(url + "api/files")[1]
         assert files["files"][0]["records"] == 30 and files["files"][0]["verified"] == "ok"
+
+
+def test_the_page_is_served_while_the_catalog_is_made(detection: Path) -> None:
+    # `view` prints its address before the catalog's imports: the page's assets come at once,
+    # its questions wait for the catalog
+    release = threading.Event()
+
+    def make() -> Catalog:
+        assert release.wait(30)
+        return Catalog([str(detection)])
+
+    server = make_server(make)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    try:
+        status, html = _get(server.url)
+        assert status == 200 and b"viewer.js" in html and not release.is_set()
+        answer: list[Any] = []
+        asking = threading.Thread(target=lambda: answer.append(_get(server.url + "api/files")))
+        asking.start()
+        asking.join(0.5)
+        assert asking.is_alive()  # waiting for the catalog
+        release.set()
+        asking.join(30)
+        assert answer[0][0] == 200 and answer[0][1]["files"][0]["path"] == str(detection)
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.close_catalog()
+
+
+def test_a_catalog_that_cannot_be_made_stops_the_server(tmp_path: Path) -> None:
+    def make() -> Catalog:
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    server = make_server(make)
+    server.serve_forever(poll_interval=0.05)  # returns: the catalog failed
+    server.server_close()
+    failure = server.catalog_failure()
+    assert isinstance(failure, PermissionError) and str(tmp_path) in str(failure)
 
 
 def _listening(port: int) -> bool:

@@ -15,11 +15,12 @@ from ..codec.inspect import describe_record, show_key
 from ..codec.label_map import class_names_beside
 from ..codec.survey import survey_records
 from ..errors import TFRecordError
-from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
+from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
 from .query import parse_query
 from .record_view import image_type, view_record
 from .shard import RecordRead, Shard
+from .sources import ViewerError, expand_paths
 from .statistics import FeatureStatistics
 
 __all__ = ["Catalog", "ViewerError"]
@@ -36,10 +37,6 @@ INLINE_IMAGE = 64 << 10
 INLINE_PAGE = 1 << 20
 
 
-class ViewerError(TFRecordError, LookupError):
-    """A request for a file, record or feature that is not there."""
-
-
 class Catalog:
     """The files of one ``torch-tfrecord view``, and what the page asks of them.
 
@@ -47,6 +44,7 @@ class Catalog:
         paths: files, globs, directories, TFDS directories or URLs.
         storage_options: for URLs.
         stats_records: records the statistics look at, at most (across all files).
+        files: ``paths`` expanded already (:func:`~torch_tfrecord.viewer.sources.expand_paths`).
     """
 
     def __init__(
@@ -54,13 +52,12 @@ class Catalog:
         paths: Sequence[str],
         storage_options: dict[str, Any] | None = None,
         stats_records: int = 100_000,
+        files: tuple[list[str], dict[str, int]] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.storage_options = storage_options
-        files, expected = expand_with_tfds(self.paths, storage_options)
-        if not files:
-            raise ViewerError(f"no TFRecord files in {', '.join(map(repr, self.paths))}")
-        self.shards = [Shard(path, storage_options, expected.get(path)) for path in files]
+        found, expected = files or expand_paths(self.paths, storage_options)
+        self.shards = [Shard(path, storage_options, expected.get(path)) for path in found]
         local = [p for p in self.paths if "://" not in p]
         self.class_names = next((n for n in map(class_names_beside, local) if n), {})
         self.stats_records = stats_records

@@ -225,6 +225,7 @@ async function showRecords(file, start) {
   const note = el("p", {id: "no-jump", class: "more"});
   const heading = el("h2", {id: "range"});
   const settle = (shard) => { // what the file's index allows, kept up to date while it loads or builds
+    files.files[file] = shard;
     total = shard.records;
     const count = total === null ? "" : ` of ${total.toLocaleString("en")}`;
     heading.textContent = page.records.length
