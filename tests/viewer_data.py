@@ -101,24 +101,26 @@ def write_segmentation(folder: Path, records: int = 3) -> Path:
 INSTANCES = [((3, 4, 27, 36), (8, 10, 20, 30)), ((33, 4, 57, 36), (38, 10, 50, 30))]
 
 
-def write_instances(folder: Path) -> Path:
+def write_instances(folder: Path, scale: int = 1) -> Path:
     """One record with instance masks (image/object/mask: a PNG per object, 1 on the object, 0
-    elsewhere, as the Object Detection API stores them): :data:`INSTANCES` in a grey 60x40 image."""
+    elsewhere, as the Object Detection API stores them): :data:`INSTANCES` in a grey 60x40 image
+    (``scale`` times larger: the docs' screenshot)."""
     from PIL import Image
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "instances.tfrecord"
+    size = (60 * scale, 40 * scale)
     masks = []
     for _, rectangle in INSTANCES:
-        mask = Image.new("L", (60, 40), 0)
-        mask.paste(1, rectangle)
+        mask = Image.new("L", size, 0)
+        mask.paste(1, tuple(scale * c for c in rectangle))
         masks.append(_png(mask))
     boxes = [box for box, _ in INSTANCES]
     with RecordWriter(str(path)) as writer:
         writer.write(
             encode_example(
                 {
-                    "image/encoded": _png(Image.new("RGB", (60, 40), GREY)),
+                    "image/encoded": _png(Image.new("RGB", size, GREY)),
                     "image/object/bbox/xmin": [b[0] / 60 for b in boxes],
                     "image/object/bbox/ymin": [b[1] / 40 for b in boxes],
                     "image/object/bbox/xmax": [b[2] / 60 for b in boxes],
