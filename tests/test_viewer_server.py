@@ -76,7 +76,7 @@ def test_an_index_build_waits_for_the_first_page(tmp_path: Path) -> None:
         assert files["files"][0]["no_jump"] == "jumps wait for the index, which is being loaded or built"
         # once the server is quiet after that first page, the build begins and ends
         deadline = time.monotonic() + 30
-        while files["files"][0]["state"] != "ready" and time.monotonic() < deadline:
+        while files["files"][0]["verified"] != "ok" and time.monotonic() < deadline:
             time.sleep(0.05)
             files = _get(url + "api/files")[1]
         assert files["files"][0]["records"] == 30 and files["files"][0]["verified"] == "ok"

@@ -148,5 +148,6 @@ def view_record(
         mask = features.get(SEGMENTATION_KEYS["class"], ("bytes", []))[1]
         view["mask"] = bool(mask) and image_type(mask[0]) is not None
         instances = features.get(DETECTION_KEYS["masks"], ("bytes", []))[1]
-        view["instance_masks"] = sum(1 for png in instances if image_type(png) == "image/png")
+        if all(image_type(png) == "image/png" for png in instances):  # else shown as thumbnails only
+            view["instance_masks"] = len(instances)
     return view
