@@ -66,6 +66,11 @@ class ViewerServer(http.server.ThreadingHTTPServer):
     ) -> None:
         super().__init__(address, _Handler)
         self.token = token
+        # read now: the page's assets are served while the catalog's imports hold the interpreter
+        static = resources.files(__package__).joinpath("static")
+        self.assets = {
+            path: (static.joinpath(name).read_bytes(), kind) for path, (name, kind) in _ASSETS.items()
+        }
         self._catalog: Catalog | None = None
         self._catalog_error: BaseException | None = None
         self._catalog_ready = threading.Event()
@@ -240,9 +245,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._json(422, {"error": f"{type(error).__name__}: {error}"})
 
     def _route(self, path: str, query: dict[str, list[str]]) -> None:
-        if path in _ASSETS:  # served before the catalog is made
-            name, content_type = _ASSETS[path]
-            self._send(200, resources.files(__package__).joinpath("static", name).read_bytes(), content_type)
+        if path in self.server.assets:  # served before the catalog is made
+            self._send(200, *self.server.assets[path])
             return
         catalog = self.server.catalog
         if path == "/api/files":
