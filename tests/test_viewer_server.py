@@ -47,7 +47,11 @@ def test_the_api_without_torch_and_a_clean_stop_on_ctrl_c(detection: Path) -> No
         status, files = _get(url + "api/files")
         assert status == 200 and files["files"][0]["size"] == detection.stat().st_size
         status, page = _get(url + "api/records?file=0&start=28&count=5")
-        assert status == 200 and [r["number"] for r in page["records"]] == [28, 29] and page["total"] == 30
+        assert status == 200 and [r["number"] for r in page["records"]] == [28, 29]
+        while page["total"] is None:  # the index is loaded once the first page is served
+            time.sleep(0.1)
+            page = _get(url + "api/records?file=0&start=28&count=5")[1]
+        assert page["total"] == 30
         assert page["records"][1]["boxes"][0]["name"] == "dog"  # class 29 % 7 + 1 = 2 in label_map.pbtxt
         status, image = _get(url + "api/blob?file=0&record=1&key=image/encoded")
         assert status == 200 and image.startswith(b"\x89PNG")

@@ -1,6 +1,6 @@
-"""Writes the viewer's screenshots of docs/guides/viewer.md (docs/images/viewer-*.png): small detection,
-segmentation and instance-mask files (tests/viewer_data.py), ``torch-tfrecord view`` started on them, and Debian's
-chromium driven by Playwright.
+"""Writes the viewer's screenshots of docs/guides/viewer.md (docs/images/viewer-*.png): small
+detection, segmentation and instance-mask files (tests/viewer_data.py), ``torch-tfrecord view``
+started on them, and Debian's chromium driven by Playwright.
 
     python docs/images/viewer_screenshots.py
 """

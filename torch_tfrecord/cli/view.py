@@ -58,11 +58,11 @@ def cmd_view(args: argparse.Namespace) -> int:
         from ..viewer.catalog import Catalog
 
         catalog = Catalog(args.paths, options, stats_records=args.stats_records, files=files)
-        catalog.start(build=False)  # indexes beside the files are loaded at once (cheap) ...
+        catalog.start(build=False)  # remote files' indexes are loaded at once ...
         return catalog
 
     server = make_server(make_catalog, args.host, args.port)
-    server.allow_builds_when_quiet()  # ... index builds and verification wait for the first page
+    server.allow_work_when_quiet()  # ... the local files' indexes wait for the first page
     print(f"torch-tfrecord view: {len(files[0])} file(s) at {server.url}  (Ctrl-C stops it)", flush=True)
     if args.open:
         import webbrowser

@@ -13,7 +13,6 @@ from typing import Any
 
 from ..codec.inspect import describe_record, show_key
 from ..codec.label_map import class_names_beside
-from ..codec.survey import survey_records
 from ..errors import TFRecordError
 from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
@@ -68,15 +67,16 @@ class Catalog:
         self._lock = threading.Lock()
 
     def start(self, build: bool = True) -> None:
-        """Loads every file's index in the background, and builds those missing (local files)
-        then, or with ``build=False`` once :meth:`allow_builds` is called."""
+        """Loads every file's index in the background, and builds those missing (local files);
+        with ``build=False`` only remote files' indexes are loaded until :meth:`allow_work`."""
         for shard in self.shards:
             shard.start(build)
 
-    def allow_builds(self) -> None:
-        """Lets the index builds and verifications that :meth:`start` held back begin."""
+    def allow_work(self) -> None:
+        """Lets the local files' index loads, builds and verifications that :meth:`start` held
+        back begin."""
         for shard in self.shards:
-            shard.allow_build()
+            shard.allow_work()
 
     def close(self) -> None:
         for shard in self.shards:
@@ -166,6 +166,8 @@ class Catalog:
             return self._schema
 
     def _infer_schema(self) -> dict[str, Any]:
+        from ..codec.survey import survey_records  # numpy: not before the first page
+
         origins: list[tuple[str, int]] = []  # (file, record number in it), for the survey's messages
 
         def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage

@@ -48,10 +48,10 @@ _SECURITY_HEADERS = {
 }
 
 
-# The background work that competes for the CPU (index builds, verification) starts once the
-# server has answered a first request
-# and then had none in flight for this long (the first page and its images are served), or this
-# long after the first request at the latest; a page that needs an index starts it at once.
+# The background work that competes for the CPU (local index loads and builds, verification)
+# starts once the server has answered a first request and then had none in flight for this long
+# (the first page and its images are served), or this long after the first request at the
+# latest; a page that needs an index starts it at once.
 QUIET_SECONDS = 0.3
 LATEST_SECONDS = 3.0
 
@@ -127,8 +127,8 @@ class ViewerServer(http.server.ThreadingHTTPServer):
             self._last = time.monotonic()
             self._activity.notify_all()
 
-    def allow_builds_when_quiet(self) -> threading.Thread:
-        """Lets the catalog's index builds and verifications begin (:meth:`Catalog.allow_builds`)
+    def allow_work_when_quiet(self) -> threading.Thread:
+        """Lets the catalog's index loads, builds and verifications begin (:meth:`Catalog.allow_work`)
         once the first page is served, watching from a daemon thread: the first page never shares
         the CPU with an index build."""
 
@@ -144,9 +144,9 @@ class ViewerServer(http.server.ThreadingHTTPServer):
                     self._activity.wait(QUIET_SECONDS / 3)
             self._catalog_ready.wait()
             if self._catalog is not None:
-                self._catalog.allow_builds()
+                self._catalog.allow_work()
 
-        thread = threading.Thread(target=wait_then_start, name="allow index builds", daemon=True)
+        thread = threading.Thread(target=wait_then_start, name="allow background work", daemon=True)
         thread.start()
         return thread
 

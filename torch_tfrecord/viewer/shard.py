@@ -18,17 +18,16 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TFRecordError
-from ..records.entries import read_entries_at
-from ..records.index import build_index, default_index_path, load_index
 from ..records.io import exists, file_size, is_url, resolve_compression
 from ..records.reader import ReadStats, read_records
 from ..support.text import plural
+
+if TYPE_CHECKING:  # numpy and the index modules load with the index: the first page needs neither
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["RecordRead", "Shard"]
 
@@ -40,7 +39,7 @@ VERIFY_LIMIT = 256 << 20
 _RECENT_BYTES = 32 << 20
 # Records read from the start of a file while its index is not ready: pages past this wait.
 _SEQUENTIAL_LIMIT = 2000
-# How long a read waits for the index beside the file to load (a local one takes milliseconds).
+# How long a read of a remote file waits for the index beside it to load.
 _LOAD_WAIT = 10.0
 
 
@@ -85,24 +84,25 @@ class Shard:
         self._recent_bytes = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._build_allowed = threading.Event()
+        self._work_allowed = threading.Event()
         self._looked = threading.Event()  # set once the index beside the file is loaded, or known absent
 
     def start(self, build: bool = True) -> None:
-        """Loads the index beside the file on a daemon thread, which goes on to build one for a
-        local file without (and verify a small one) once :meth:`allow_build` is called (at once
-        with ``build``): that work competes for the CPU, so the viewer holds it back until its
-        first page is served."""
+        """Loads the index beside the file on a daemon thread, or builds one for a local file
+        without (and verifies a small one). A remote file's index is loaded at once (cheaper
+        than reading its first page from the start); a local file's work waits for
+        :meth:`allow_work` (called at once with ``build``): it competes for the CPU (numpy's
+        import included), so the viewer holds it back until its first page is served."""
         if build:
-            self.allow_build()
+            self.allow_work()
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._index, name=f"index {self.path}", daemon=True)
                 self._thread.start()
 
-    def allow_build(self) -> None:
-        """Lets the index build and the verification of a local file begin."""
-        self._build_allowed.set()
+    def allow_work(self) -> None:
+        """Lets a local file's index be loaded or built, and the file verified."""
+        self._work_allowed.set()
 
     def build(self) -> None:
         """Builds the index of a remote file that has none beside it, on a daemon thread, through
@@ -119,18 +119,21 @@ class Shard:
             self._thread.join(timeout)
 
     def _index(self) -> None:
+        if not self.remote:
+            self._work_allowed.wait()
         try:
             self._load()
         finally:
             self._looked.set()
         if self.state == "pending":  # a local file with no index beside it
-            self._build_allowed.wait()
             self._build_and_verify()
 
     def _load(self) -> None:
         if self.compression is not None:
             self.state = "sequential"
             return
+        from ..records.index import default_index_path, load_index
+
         index_path = default_index_path(self.path)
         try:
             if exists(index_path, self.storage_options):
@@ -152,6 +155,8 @@ class Shard:
         self.state = "unindexed" if self.remote else "pending"
 
     def _build_and_verify(self) -> None:
+        from ..records.index import build_index
+
         self.state = "building"
         stats = ReadStats()
         try:
@@ -254,17 +259,21 @@ class Shard:
     def read(self, first: int, count: int) -> list[RecordRead] | None:
         """Records ``first`` to ``first + count`` (fewer at the end); None when they cannot be
         read until the index is ready."""
-        if self._thread is not None:  # an index beside the file is read first: cheaper than a scan
+        if (
+            self.remote and self._thread is not None
+        ):  # its index first: cheaper than reading it from the start
             self._looked.wait(_LOAD_WAIT)
         table = self.table
         if table is not None:
             return self._read_indexed(table, first, count)
         if self.state != "sequential" and first + count > _SEQUENTIAL_LIMIT:
-            self.allow_build()  # the page needs the index now
+            self.allow_work()  # the page needs the index now
             return None
         return self._read_sequential(first, count)
 
     def _read_indexed(self, table: npt.NDArray[np.int64], first: int, count: int) -> list[RecordRead]:
+        import numpy as np
+
         numbers = np.arange(max(first, 0), min(first + count, len(table)), dtype=np.int64)
         if not len(numbers):
             return []
@@ -282,6 +291,10 @@ class Shard:
         return reads
 
     def _read_entries(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
+        import numpy as np
+
+        from ..records.entries import read_entries_at
+
         source = self._open()
         try:
             payloads: list[bytes | None] = list(
@@ -337,10 +350,10 @@ class Shard:
         ``offset`` falls in a damaged gap), or None until the index is ready."""
         table = self.table
         if table is None:
-            self.allow_build()  # the page needs the index now
+            self.allow_work()  # the page needs the index now
         if table is None or not len(table):
             return None
-        found = int(np.searchsorted(table[:, 0], offset, side="right")) - 1
+        found = int(table[:, 0].searchsorted(offset, side="right")) - 1
         return max(0, min(len(table) - 1, found))
 
     def close(self) -> None:

@@ -210,8 +210,11 @@ async function showRecords(file, start) {
   const status = el("span", {id: "status"});
   const jumpOffset = async () => {
     const found = await getJSON("/api/locate", {file, offset: offsetInput.value});
-    if (found.pending) status.textContent = files.files[file].no_jump || "the index is not ready yet";
-    else location.hash = `records/${file}/${found.record}`;
+    if (!found.pending) { location.hash = `records/${file}/${found.record}`; return; }
+    const shard = (await getJSON("/api/files")).files[file];
+    status.textContent = shard.no_jump || "the index is not ready yet";
+    // the index is on its way (asking for it let it begin): jump once it is there
+    if (UNSETTLED.includes(shard.state)) setTimeout(() => { if (view.dataset.page === `${file}/${start}`) jumpOffset(); }, 300);
   };
   let total = page.total;
   const lastStart = () => (total === null ? null : Math.max(0, total - PAGE));
