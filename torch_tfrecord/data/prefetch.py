@@ -12,15 +12,19 @@ iterator in such a thread, at most ``depth`` items ahead of the consumer:
 - errors: an exception raised by the iterator is raised to the consumer, the same object (its
   type, message and traceback), at the place in the order where it happened;
 - shutdown: :meth:`close` (also on garbage collection of an abandoned iterator, and at the end)
-  stops the thread and joins it, so no thread outlives the loop. A process forked meanwhile (a
-  DataLoader starting its workers) holds no thread and never touches this one's queue: nothing of
-  a running prefetch is in the dataset it inherits.
+  stops the thread and joins it, so no thread outlives the loop;
+- fork: a process forked while a prefetch runs (a DataLoader starting its workers) is forked
+  between two items, never while the thread is inside the iterator (holding a lock of the files
+  it reads, or half-way through updating a decoder's state): ``os.fork`` waits for the item in
+  progress. The child has no thread and never touches this one's queue.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -29,6 +33,38 @@ __all__ = ["Prefetcher"]
 T = TypeVar("T")
 
 _END = object()  # the iterator is exhausted
+# The "inside the iterator" lock of every running prefetch thread, taken around each fork.
+_RUNNING: weakref.WeakSet[_Busy] = weakref.WeakSet()
+
+
+class _Busy:
+    """Held by a prefetch thread while it is inside its iterator (weakly referenceable)."""
+
+    __slots__ = ("__weakref__", "lock", "owner")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner = 0  # the thread's ident
+
+
+_held: list[_Busy] = []  # the locks the fork in progress took
+
+
+def _before_fork() -> None:
+    me = threading.get_ident()
+    for busy in list(_RUNNING):
+        if busy.owner != me:  # (an iterator that forks would otherwise wait for itself)
+            busy.lock.acquire()  # waits for the item in progress
+            _held.append(busy)
+
+
+def _after_fork() -> None:
+    while _held:
+        _held.pop().lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
 
 
 class _Raised:
@@ -63,6 +99,7 @@ class Prefetcher(Generic[T]):
         self._items: Iterator[T] | None = items
         self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._busy = _Busy()
         self._thread: threading.Thread | None = None
         self._name = name
         self._done = False
@@ -83,8 +120,12 @@ class Prefetcher(Generic[T]):
             # The thread holds the queue, the flag and the items, not this object: an abandoned
             # Prefetcher is collected (and its thread stopped) like any other object.
             self._thread = threading.Thread(
-                target=_run, args=(self._items, self._queue, self._stop), name=self._name, daemon=True
+                target=_run,
+                args=(self._items, self._queue, self._stop, self._busy),
+                name=self._name,
+                daemon=True,
             )
+            _RUNNING.add(self._busy)
             self._thread.start()
         item = self._queue.get()
         if item is _END:
@@ -118,20 +159,27 @@ class Prefetcher(Generic[T]):
             self._queue.get_nowait()
 
     def __del__(self) -> None:
-        self.close()
+        if hasattr(self, "_busy"):  # not when __init__ refused its arguments
+            self.close()
 
 
-def _run(items: Iterator[object] | None, out: queue.Queue[object], stop: threading.Event) -> None:
+def _run(
+    items: Iterator[object] | None, out: queue.Queue[object], stop: threading.Event, busy: _Busy
+) -> None:
     assert items is not None
+    busy.owner = threading.get_ident()
     try:
-        for item in items:
+        while True:
+            with busy.lock:
+                item = next(items, _END)
             out.put(item)  # blocks while ``depth`` items wait: the bound
-            if stop.is_set():
+            if item is _END or stop.is_set():
                 return
-        out.put(_END)
     except BaseException as error:  # handed to the consumer, which raises it
         out.put(_Raised(error))
     finally:
+        _RUNNING.discard(busy)
         close = getattr(items, "close", None)
         if close is not None:
-            close()  # a generator's own cleanup runs in the thread that ran it
+            with busy.lock:
+                close()  # a generator's own cleanup runs in the thread that ran it
