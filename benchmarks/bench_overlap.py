@@ -1,17 +1,18 @@
 """Loading that overlaps training with num_workers=0: TFRecordDataset(prefetch=N) under a simulated step.
 
 A training loop in the main process, ``for batch in DataLoader(ds, batch_size=None): step()``,
-where ``step()`` is torch work that releases the GIL (a loop of 256x256 float matmuls on one
-thread, sized to ``--step-ms`` or, by default, to the loading time per batch: the case where
-overlapping matters most, as the loop today takes their sum). Two datasets:
+where ``step()`` releases the GIL and lasts ``--step-ms`` or, by default, the loading time per
+batch (the case where overlapping matters most, as the loop today takes their sum), of two
+kinds: torch work on the CPU (a loop of 256x256 float matmuls on one thread), and a sleep, which
+is what the CPU does while a GPU runs the step (it waits, with the GIL released). Two datasets:
 
 - records: 4 shards x 20,000 Examples of ~4 KB {data: 4,096 bytes, label, 16 floats} (the data
   of ``bench_dataset.py --tf-python``), batches of 256, global shuffle;
 - images (``--images N``, 0 to skip): N synthetic 640x480 JPEGs (``bench_images.py``'s), 4
   shards, ``tt.Image("RGB", size=224)``, batches of 32.
 
-Per dataset, in interleaved rounds (medians), ms per batch: loading alone (prefetch=0), the step
-alone, the loop today (prefetch=0), and the loop with prefetch=1, 2 and 4; each loop against
+Per dataset, in interleaved rounds (medians), ms per batch: loading alone (prefetch=0), and per
+kind of step the step alone, the loop today (prefetch=0) and with prefetch=1, 2 and 4; each loop against
 max(step, loading) (the target: at most 1.1x) and against their sum. Then how long the loading
 holds the GIL per batch: a pure-Python counter runs in the main thread while a thread loads;
 the share of its rate that it loses is the share of the time the loading thread held the GIL.
@@ -118,28 +119,31 @@ def gil_share(make: Make) -> tuple[float, float, int]:
     return max(0.0, 1 - shared / alone), seconds, batches
 
 
-def measure(
-    name: str, make: Callable[[int], tt.TFRecordDataset], args: argparse.Namespace, rate: float
-) -> None:
-    load_s, batches = timed_loop(make, 0, None)  # warm-up (page cache, codec threads) and sizing
+def measure(name: str, make: Make, args: argparse.Namespace, rate: float) -> None:
+    timed_loop(make, 0, None)  # warm-up: page cache, codec threads
+    load_s, batches = timed_loop(make, 0, None)
     step_ms = args.step_ms if args.step_ms else 1000 * load_s / batches
-    step = make_step(step_ms, rate)
+    steps = {"matmul": make_step(step_ms, rate), "sleep": lambda: time.sleep(step_ms / 1000)}
+    rows: list[tuple[str, Callable[[], float]]] = [("loading alone", lambda: timed_loop(make, 0, None)[0])]
+    for kind, step in steps.items():
+        rows.append((f"{kind} step alone", lambda step=step: timed_steps(step, batches)))  # type: ignore[misc]
+        for prefetch in (0, *PREFETCH):
+            label = f"{kind} loop, prefetch={prefetch}" + (" (today)" if prefetch == 0 else "")
+            rows.append((label, lambda p=prefetch, s=step: timed_loop(make, p, s)[0]))  # type: ignore[misc]
     times: dict[str, list[float]] = {}
-    rows = [
-        ("loading alone", lambda: timed_loop(make, 0, None)[0]),
-        ("step alone", lambda: timed_steps(step, batches)),
-    ]
-    rows.append(("loop, prefetch=0 (today)", lambda: timed_loop(make, 0, step)[0]))
-    rows += [(f"loop, prefetch={p}", lambda p=p: timed_loop(make, p, step)[0]) for p in PREFETCH]  # type: ignore[misc]
     for _ in range(args.rounds):
         for label, function in rows:
             times.setdefault(label, []).append(1000 * function() / batches)
     ms = {label: statistics.median(values) for label, values in times.items()}
-    bound, total = max(ms["loading alone"], ms["step alone"]), ms["loading alone"] + ms["step alone"]
-    print(f"\n{name}: {batches} batches, step sized to {step_ms:.2f} ms, {args.rounds} rounds, medians")
-    print(f"{'':28} {'ms/batch':>9} {'x max(step, load)':>18} {'x sum':>6}")
+    print(f"\n{name}: {batches} batches, steps sized to {step_ms:.2f} ms, {args.rounds} rounds, medians")
+    print(f"{'':34} {'ms/batch':>9} {'x max(step, load)':>18} {'x sum':>6}")
     for label, value in ms.items():
-        print(f"{label:28} {value:>9.2f} {value / bound:>18.2f} {value / total:>6.2f}")
+        step_alone = ms[f"{label.split()[0]} step alone"] if " " in label and "loop" in label else 0.0
+        if step_alone:
+            bound, total = max(ms["loading alone"], step_alone), ms["loading alone"] + step_alone
+            print(f"{label:34} {value:>9.2f} {value / bound:>18.2f} {value / total:>6.2f}")
+        else:
+            print(f"{label:34} {value:>9.2f}")
     share, seconds, n = gil_share(make)
     held = 1000 * share * seconds / n
     print(f"GIL held by the loading: {100 * share:.0f}% of its time, ~{held:.2f} ms per batch")
