@@ -3,9 +3,9 @@
 A worker moves every tensor storage it sends into shared memory, one segment (and one file
 descriptor, fetched by the main process over a socket) per storage, which costs far more than
 the copy: ~0.4 ms per tensor on a small machine, against a few microseconds to copy a batch.
-So a batch's tensors are packed as views of one block: for a small batch, a block that travels
-inside the pickle through the worker's pipe (no shared memory at all, :class:`InlineBatch`);
-for a large one, one shared-memory block. Columns of ``bytes`` values travel in the worker's
+So a small batch travels inside the pickle through the worker's pipe, its tensors as NumPy
+arrays (no shared memory at all, :class:`InlineBatch`), and a large one's tensors as views of
+one shared-memory block. Columns of ``bytes`` values travel in the worker's
 ring of shared-memory slots (:mod:`.byte_ring`), not through the pipe.
 """
 
@@ -136,11 +136,13 @@ def _keep(values: Any, offsets: Any) -> Ragged:
 
 
 class InlineBatch(dict):  # type: ignore[type-arg]
-    """A batch (a dict) whose tensors are pickled as one block of bytes inside the pickle.
+    """A batch (a dict) whose tensors are pickled inside the pickle.
 
     Sent from a DataLoader worker, it reaches the main process through the worker's pipe as a
-    plain dict of tensors that are views of one bytearray: no shared-memory segment, no file
-    descriptor to fetch. It packs at pickling time, so whatever the worker put in it is sent.
+    plain dict of tensors: each one NumPy can hold as an array (pickled and rebuilt in one step
+    each), the others (bfloat16, conjugate views...) as views of one bytearray; no
+    shared-memory segment, no file descriptor to fetch. It packs at pickling time, so whatever
+    the worker put in it is sent.
     """
 
     def __copy__(self) -> InlineBatch:  # DataLoader's default_convert copies mappings
