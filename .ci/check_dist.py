@@ -28,6 +28,7 @@ WHEEL_FILES = [
     "torch_tfrecord/__init__.py",
     "torch_tfrecord/py.typed",
     "torch_tfrecord/support/_native.*.so",  # CI has a compiler: a wheel without the native decoder is a bug
+    "torch_tfrecord/codec/_jpeg.*.so",  # and libjpeg's header (.ci/run): without it, no region decoding
     "torch_tfrecord/proto/example.proto",
     "torch_tfrecord/proto/feature.proto",
     "torch_tfrecord/proto/example_pb2.py",
@@ -48,6 +49,7 @@ SDIST_FILES = [
     "README.md",
     "LICENSE",
     "torch_tfrecord/support/_native.c",
+    "torch_tfrecord/codec/_jpeg.c",
     "torch_tfrecord/py.typed",
     "torch_tfrecord/proto/feature.proto",
     "torch_tfrecord/viewer/static/viewer.js",

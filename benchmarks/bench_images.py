@@ -7,16 +7,24 @@ cache (a warm-up pass first) and yields uint8 batches [32, 3, 224, 224] (TensorF
 [32, 224, 224, 3], what tf.image.resize returns):
 
 - ours: tt.Image(size=224) with crop "resize", "center" and "random" (RandomResizedCrop),
-  batch mode, with 0 DataLoader workers (the codec's threads only) and with 2;
+  batch mode, with 0 DataLoader workers (the codec's threads only) and with 2; JPEGs go through
+  the region-of-interest decoder (torch_tfrecord.codec._jpeg: only the kept region is decoded,
+  a batch per native call) where it is built, and the center and random crops once more
+  without it ("whole-image decode": today's path before it, the same pixels);
 - TensorFlow tf.data (in --tf-python's interpreter), as its users write it (tf.image.resize's
   defaults, no shuffle buffer), num_parallel_calls=AUTOTUNE, batch, prefetch: parse +
   decode_jpeg + resize; the same with decode_jpeg(ratio=2); sample_distorted_bounding_box +
   decode_and_crop_jpeg + resize (random crops, decoding only the region kept);
-- the codec's limit: the same reduced-size decodes (each crop policy) of the same JPEGs, held
-  in memory, in batches through the codec's thread pool on every core, with no reading, parsing
-  or DataLoader; and the Huffman floor: each JPEG decoded at 1/8 scale on every core;
+- the codec's limit: the same reduced-size decodes (each crop policy, random crops also without
+  region decoding) of the same JPEGs, held in memory, in batches through the codec's thread pool
+  on every core, with no reading, parsing or DataLoader; and the Huffman floor: each JPEG decoded
+  at 1/8 scale on every core;
 - with --others: a full decode + resize in the transform, torchvision ImageFolder + Pillow, and
   the `tfrecord` package + Pillow (--tfrecord-path), 2 workers each.
+
+Each pipeline is also timed in CPU seconds (this process's and its reaped workers', TensorFlow's
+process's, every thread counted): images per CPU second hold where other work on a shared
+machine makes the wall-clock rates swing.
 
 Rounds are interleaved (every pipeline once per round); medians over rounds are printed, with
 each of ours against TensorFlow's faster pipeline for the same output (resize and center crop:
@@ -190,11 +198,25 @@ ds = ds.map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 ds = ds.batch(32).prefetch(tf.data.AUTOTUNE)
 for _ in ds.take(4): pass
 for _ in range(int(sys.argv[3])):
-    start, seen = time.perf_counter(), 0
+    start, cpu, seen = time.perf_counter(), time.process_time(), 0
     for images, _ in ds:
         seen += int(images.shape[0])
-    print(seen / (time.perf_counter() - start))
+    print(seen / (time.perf_counter() - start), seen / (time.process_time() - cpu))
 """
+
+
+def without_regions(run: Callable[[], int]) -> Callable[[], int]:
+    """``run`` with the region-of-interest decoder switched off (forked workers inherit the switch)."""
+    from torch_tfrecord.codec import image_roi
+
+    def whole_image() -> int:
+        compiled, image_roi.compiled = image_roi.compiled, None
+        try:
+            return run()
+        finally:
+            image_roi.compiled = compiled
+
+    return whole_image
 
 
 def read_encoded(shards: list[str]) -> list[bytes]:
@@ -258,9 +280,24 @@ def main() -> None:
             pipelines[name] = lambda spec=spec, workers=workers: ours(  # type: ignore[misc]
                 shards, spec, workers=workers, batch_mode=True
             )
+    from torch_tfrecord.codec import image_roi
+
+    if image_roi.available():
+        for crop in ("center", "random"):
+            for workers in (0, 2):
+                name = f"ours: tt.Image(size=224, crop={crop!r}), whole-image decode, {workers} workers"
+                pipelines[name] = without_regions(
+                    lambda spec=OURS[crop], workers=workers: ours(  # type: ignore[misc]
+                        shards, spec, workers=workers, batch_mode=True
+                    )
+                )
     for crop, spec in OURS.items():
         pipelines[f"codec's limit: crop={crop!r}, decodes alone on every core"] = (
             lambda spec=spec: codec_limit(encoded, spec)  # type: ignore[misc]
+        )
+    if image_roi.available():
+        pipelines["codec's limit: crop='random', whole-image decode, on every core"] = without_regions(
+            lambda: codec_limit(encoded, OURS["random"])
         )
     pipelines["Huffman floor: decode at 1/8 on every core"] = lambda: huffman_floor(encoded)
     if args.others:
@@ -273,27 +310,44 @@ def main() -> None:
                 shards, args.tfrecord_path
             )
     rates: dict[str, list[float]] = {name: [] for name in [*pipelines, *TF_NAMES.values()]}
+    cpu_rates: dict[str, list[float]] = {name: [] for name in rates}
     for run in pipelines.values():  # warm-up: page cache, imports
         run()
     for round_ in range(args.rounds):
         for name, run in pipelines.items():
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds()
             seen = run()
             rates[name].append(seen / (time.perf_counter() - start))
+            cpu_rates[name].append(seen / (cpu_seconds() - cpu))
         if os.path.exists(args.tf_python):
             for kind, name in TF_NAMES.items():
-                rates[name] += [
-                    float(v) for v in run_script(args.tf_python, TF_SCRIPT, ",".join(shards), kind, "1")
-                ]
+                wall, per_cpu = run_script(args.tf_python, TF_SCRIPT, ",".join(shards), kind, "1")
+                rates[name].append(float(wall))
+                cpu_rates[name].append(float(per_cpu))
         print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
-    report(rates, args.images, args.rounds, shards)
+    report(rates, cpu_rates, args.images, args.rounds, shards)
 
 
-def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list[str]) -> None:
+def cpu_seconds() -> float:
+    """CPU time of this process (all its threads) and of its children that have ended (workers)."""
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.process_time() + children.ru_utime + children.ru_stime
+
+
+def report(
+    rates: dict[str, list[float]],
+    cpu_rates: dict[str, list[float]],
+    images: int,
+    rounds: int,
+    shards: list[str],
+) -> None:
     """The table: medians, each of ours against TensorFlow's faster pipeline for the same output
     (resize and center crop: the faster of resize and ratio=; random: decode_and_crop_jpeg) and
-    against the codec's limit for the same spec."""
+    against the codec's limit for the same spec; then images per CPU second, ours against TF's."""
     median = {name: statistics.median(values) for name, values in rates.items() if values}
+    per_cpu = {name: statistics.median(values) for name, values in cpu_rates.items() if values}
     tf_resize = max((median.get(TF_NAMES[k], 0.0) for k in ("resize", "ratio")), default=0.0)
     tf_faster = {"resize": tf_resize, "center": tf_resize, "random": median.get(TF_NAMES["crop"], 0.0)}
     average_kb = sum(os.path.getsize(path) for path in shards) / images / 1e3
@@ -301,16 +355,27 @@ def report(rates: dict[str, list[float]], images: int, rounds: int, shards: list
         f"\n{images} images 640x480 (~{average_kb:.0f} KB), batches of {BATCH} at {SIZE}x{SIZE}, "
         f"{os.cpu_count()} cores, median of {rounds} interleaved rounds\n"
     )
-    print("| pipeline | images/s | x TF's faster, same output | share of the codec's limit |")
-    print("|---|---|---|---|")
+    tf_cpu_resize = max((per_cpu.get(TF_NAMES[k], 0.0) for k in ("resize", "ratio")), default=0.0)
+    tf_cpu = {"resize": tf_cpu_resize, "center": tf_cpu_resize, "random": per_cpu.get(TF_NAMES["crop"], 0.0)}
+    print(
+        "| pipeline | images/s | x TF's faster, same output | share of the codec's limit "
+        "| images per CPU second | x TF's, per CPU second |"
+    )
+    print("|---|---|---|---|---|---|")
     for name, value in median.items():
         crop = next((c for c in OURS if f"crop={c!r}" in name), None)
-        versus_tf = share = ""
+        versus_tf = share = versus_tf_cpu = ""
         if crop and name.startswith("ours"):
             versus_tf = f"{value / tf_faster[crop]:.2f}" if tf_faster[crop] else ""
-            limit = median.get(f"codec's limit: crop={crop!r}, decodes alone on every core")
+            versus_tf_cpu = f"{per_cpu[name] / tf_cpu[crop]:.2f}" if tf_cpu[crop] else ""
+            whole = "whole-image" in name
+            limit = median.get(
+                f"codec's limit: crop={crop!r}, whole-image decode, on every core"
+                if whole
+                else f"codec's limit: crop={crop!r}, decodes alone on every core"
+            )
             share = f"{value / limit:.0%}" if limit else ""
-        print(f"| {name} | {value:.0f} | {versus_tf} | {share} |")
+        print(f"| {name} | {value:.0f} | {versus_tf} | {share} | {per_cpu[name]:.0f} | {versus_tf_cpu} |")
 
 
 if __name__ == "__main__":

@@ -13,10 +13,15 @@ already running) opens the page:
   the statistics have read the shard for ``--stats-seconds``.
 
 Cases: the shard with its index beside it, and without (the viewer builds the index in the
-background; the first page is read from the start meanwhile). The peer in the same run is
-``torch-tfrecord head -n 20`` (a process that prints the first 20 records).
+background once the first page is served; that page is read from the start). The first page from
+launch is measured ``--launches`` times per case (a fresh viewer process each time; median, min
+and max); the jump and the memory once. The peer in the same run is ``torch-tfrecord head -n 20``
+(a process that prints the first 20 records), and ``--against DIR`` also runs the first-page
+launches of another checkout of the project (e.g. main) interleaved with this one's. The
+checkouts' bytecode is written first, as ``pip install`` writes it.
 
     python benchmarks/bench_viewer.py [--size-gb 2] [--record-kb 100] [--dir /tmp/bench_viewer]
+        [--launches 7] [--against /path/to/other/checkout]
 
 Needs Pillow and playwright (the dev extra) and /usr/bin/chromium.
 """
@@ -24,8 +29,10 @@ Needs Pillow and playwright (the dev extra) and /usr/bin/chromium.
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -33,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+import viewer_server
 from viewer_data import detection_record
 from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
 
@@ -102,6 +110,47 @@ def one_case(browser: Any, path: Path, records: int, stats_seconds: float) -> di
     }
 
 
+def compile_package(root: Path) -> None:
+    """Writes the package's bytecode, as ``pip install`` does: a machine that sets
+    PYTHONDONTWRITEBYTECODE (this one does) otherwise compiles every module again at each launch."""
+    compileall.compile_dir(str(root / "torch_tfrecord"), quiet=1)
+
+
+def first_page(browser: Any, path: Path, root: Path | None = None) -> float:
+    """Seconds from starting a viewer process (of the checkout at ``root``; None: this one) to
+    its first page shown with record 0's image drawn."""
+    saved = viewer_server.ROOT
+    viewer_server.ROOT = root or saved
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        start = time.perf_counter()
+        with running_viewer(str(path)) as (url, _):
+            page.goto(f"{url}#records/0/0")
+            page.wait_for_selector("#record-0 canvas[data-ready='1']", timeout=60_000)
+            page.wait_for_selector("#record-19")
+            return time.perf_counter() - start
+    finally:
+        context.close()
+        viewer_server.ROOT = saved
+
+
+def launches(browser: Any, path: Path, count: int, against: Path | None) -> dict[str, list[float]]:
+    """``count`` first pages from launch, this checkout's interleaved with ``against``'s."""
+    times: dict[str, list[float]] = {"this checkout": []}
+    if against is not None:
+        times[str(against)] = []
+    for _ in range(count):
+        times["this checkout"].append(first_page(browser, path))
+        if against is not None:
+            times[str(against)].append(first_page(browser, path, against))
+    return times
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def head_seconds(path: Path) -> float:
     start = time.perf_counter()
     subprocess.run(
@@ -118,10 +167,14 @@ def main() -> None:
     parser.add_argument("--record-kb", type=int, default=100)
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench_viewer"))
     parser.add_argument("--stats-seconds", type=float, default=10.0)
+    parser.add_argument("--launches", type=int, default=7, help="first pages from launch per case")
+    parser.add_argument("--against", type=Path, help="another checkout whose first pages to time too")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     path, records = make_shard(args.dir, args.size_gb, args.record_kb)
+    for root in [viewer_server.ROOT, *([args.against] if args.against else [])]:
+        compile_package(root)
     index = Path(str(path) + ".idx")
     saved = Path(str(index) + ".saved")
     shutil.copy(index, saved)
@@ -130,9 +183,12 @@ def main() -> None:
         page = browser.new_page()
         page.goto("about:blank")  # the browser is up before the clock starts
         page.close()
+        before = load()
+        first = {"index beside the shard": launches(browser, path, args.launches, args.against)}
         results = {"index beside the shard": one_case(browser, path, records, args.stats_seconds)}
         index.unlink()
         try:
+            first["no index: built by the viewer"] = launches(browser, path, args.launches, args.against)
             results["no index: built by the viewer"] = one_case(browser, path, records, args.stats_seconds)
         finally:
             shutil.copy(saved, index)  # the viewer never writes an index: put the saved one back
@@ -162,6 +218,14 @@ def main() -> None:
     print(f"| peer: `torch-tfrecord head -n 20`, process start to exit | | | {head:.2f} s | | | | | |")
     for name, r in results.items():
         print(f"statistics after {args.stats_seconds:.0f} s ({name}): {r['stats']}")
+    loads = f"load average {before} before, {load()} after"
+    print(f"\nfirst page from launch, {args.launches} launches each ({loads})")
+    print("| case | checkout | median | min | max |")
+    print("|---|---|---|---|---|")
+    for name, by_tree in first.items():
+        for tree, times in by_tree.items():
+            cells = [f"{t:.2f} s" for t in (statistics.median(times), min(times), max(times))]
+            print(f"| {name} | {tree} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -74,6 +74,18 @@ def test_console_script_and_module_entry(records_dir: Path) -> None:
         assert "11  total" in result.stdout
 
 
+def test_building_the_parser_imports_no_reader() -> None:
+    # each command imports what it reads with: `view` prints its address before numpy is loaded
+    code = (
+        "import sys\n"
+        "from torch_tfrecord.cli.main import build_parser\n"
+        "build_parser().parse_args(['count', 'x'])\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'numpy', 'google', 'fsspec', 'torch'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
 _WITHOUT_TORCH = """
 import sys
 from torch_tfrecord.cli import main

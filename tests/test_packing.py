@@ -60,8 +60,9 @@ def test_a_sent_batch_keeps_values_dtypes_shapes_and_structure(
     _check_same(received, batch)
     storages = {received[k].untyped_storage().data_ptr() for k in ("label", "half", "flags", "scalar")}
     storages.add(received["tokens"].values.untyped_storage().data_ptr())
-    assert len(storages) == 1  # one block
-    received["label"][0] = 100  # views of a new block, not of the input
+    if limit < 0:
+        assert len(storages) == 1  # one shared-memory block
+    received["label"][0] = 100  # new memory, not the input's
     assert batch["label"][0] == 0
     assert received["label"].untyped_storage().is_shared() == (limit < 0)
 
@@ -110,11 +111,22 @@ def test_pack_keeps_values_dtypes_shapes_and_structure() -> None:
     assert packed["tokens"].tolist() == [[1.0, 2.0], [3.0]]
     assert packed["names"] == [b"a", b"b"] and packed["pair"][1] == "text"
     assert all(torch.equal(a, b) for a, b in zip(packed["images"], batch["images"], strict=True))
-    storages = {packed[k].untyped_storage().data_ptr() for k in ("label", "half", "flags", "scalar")}
-    storages.add(packed["tokens"].values.untyped_storage().data_ptr())
-    assert len(storages) == 1  # one block
-    packed["label"][0] = 100  # views of a new block, not of the input
+    assert not any(packed[k].untyped_storage().is_shared() for k in ("label", "half", "flags", "scalar"))
+    packed["label"][0] = 100  # new memory, not the input's
     assert batch["label"][0] == 0
+
+
+def test_an_inline_batch_sends_what_numpy_cannot_hold_in_one_block() -> None:
+    batch = {
+        "brain": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3),
+        "conj": torch.tensor([1 + 2j, 3 - 1j]).conj(),  # a conjugate view: no NumPy array of it
+        "label": torch.arange(4),
+    }
+    received = _sent(pack_tensors(batch))
+    assert received["brain"].dtype == torch.bfloat16 and torch.equal(received["brain"], batch["brain"])
+    assert torch.equal(received["conj"], batch["conj"].resolve_conj())
+    assert torch.equal(received["label"], batch["label"])
+    assert not received["label"].untyped_storage().is_shared()
 
 
 def test_pack_leaves_a_single_tensor_alone(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,15 +3,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
+import sys
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from viewer_data import GREY, damage_record, write_detection, write_segmentation
+from viewer_data import (
+    GREY,
+    INSTANCES,
+    damage_record,
+    write_detection,
+    write_empty_records,
+    write_instances,
+    write_segmentation,
+    write_sequences,
+)
 from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
 
 from torch_tfrecord.records.index import default_index_path, load_index
@@ -50,9 +62,10 @@ def viewer(data: dict[str, Path]) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def page(browser: Any, viewer: str) -> Iterator[Any]:
-    """A page of the viewer that records every request it makes."""
+@contextlib.contextmanager
+def _browsing(browser: Any, viewer: str) -> Iterator[Any]:
+    """A page of the viewer at ``viewer`` that records every request it makes; none may go
+    elsewhere."""
     context = browser.new_context()
     page = context.new_page()
     page.requests = []
@@ -63,6 +76,13 @@ def page(browser: Any, viewer: str) -> Iterator[Any]:
     outside = [url for url in page.requests if urllib.parse.urlsplit(url).netloc != host]
     assert page.requests and not outside, f"requests to elsewhere: {outside}"
     context.close()
+
+
+@pytest.fixture
+def page(browser: Any, viewer: str) -> Iterator[Any]:
+    """A page of the module's viewer."""
+    with _browsing(browser, viewer) as page:
+        yield page
 
 
 def _open(page: Any, fragment: str) -> None:
@@ -77,8 +97,7 @@ def _numbers(page: Any) -> list[int]:
 
 def test_records_are_paged(page: Any) -> None:
     _open(page, "records/0/0")
-    page.wait_for_selector("#range")
-    assert page.inner_text("#range") == "records 0\u201319 of 60"
+    expect(page.locator("#range")).to_have_text("records 0\u201319 of 60")
     assert _numbers(page) == list(range(20))
     page.click("#next")
     expect(page.locator("#range")).to_have_text("records 20\u201339 of 60")
@@ -134,6 +153,88 @@ def test_a_class_mask_laid_over_its_image(page: Any) -> None:
     assert outside == (0, 0, 0)
 
 
+def _blend(colour: tuple[int, ...], weight: str) -> tuple[int, ...]:
+    """A grey pixel tinted half-way to the palette colour ``weight`` (#rrggbb)."""
+    tint = [int(weight[i : i + 2], 16) for i in (1, 3, 5)]
+    return tuple((c + t) >> 1 for c, t in zip(colour, tint, strict=True))
+
+
+@pytest.fixture(scope="module")
+def more(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A second viewer: SequenceExamples (file 0) and a record with instance masks (file 1)."""
+    root = tmp_path_factory.mktemp("viewer-more")
+    with running_viewer(
+        str(write_sequences(root / "sequences")), str(write_instances(root / "instances"))
+    ) as (
+        url,
+        _,
+    ):
+        yield url
+
+
+def test_instance_masks_drawn_over_the_image_each_in_its_object_colour(browser: Any, more: str) -> None:
+    # Two objects of the same class: each mask (stored as 1 on the object, 0 elsewhere) tinted
+    # half-way to its own colour, that of its box; pixels of a box outside its mask stay grey.
+    with _browsing(browser, more) as page:
+        _open(page, "records/1/0")
+        (box0, mask0), (box1, mask1) = INSTANCES
+        y = 28  # below the boxes' name tabs
+        points = [(mask0[0] + 3, y), (mask1[2] - 3, y), (mask0[2] + 2, y), (box1[0] + 3, y), (1, 1)]
+        pixels = _pixels(page, "#record-0 canvas", points)
+        assert pixels == [_blend(GREY, "#e6194b"), _blend(GREY, "#3cb44b"), GREY, GREY, GREY], pixels
+        # each box in its object's colour: its left edge
+        edges = _pixels(page, "#record-0 canvas", [(box0[0], 32), (box1[0], 32)])
+        assert edges == [(230, 25, 75), (60, 180, 75)]
+
+
+def test_a_sequence_example_record(browser: Any, more: str) -> None:
+    with _browsing(browser, more) as page:
+        _open(page, "records/0/2")
+        page.wait_for_selector("#record-2.target")
+        assert "sequence" in page.inner_text("#record-2 h3")
+        assert page.inner_text("#record-2 tr[data-key='id'] .values") == "2"
+        tokens = page.locator("#record-2 tr[data-key='tokens']")
+        assert tokens.locator(".kind").inner_text() == "int64 list \u00b7 3 steps"
+        assert tokens.locator(".values").inner_text() == "[0, 0] [1, 1] [2, 2]"
+
+
+def test_an_index_built_with_its_progress_then_jumps(browser: Any, tmp_path: Path) -> None:
+    # 2,000,000 empty records (32 MB): the header walk takes seconds, the progress shows
+    path = write_empty_records(tmp_path / "empty.tfrecord", 2_000_000)
+    with running_viewer(str(path)) as (url, _), _browsing(browser, url) as page:
+        _open(page, "records/0/0")
+        page.wait_for_selector("#record-19")
+        seen: list[float] = []
+        while not re.search("of 2,000,000$", page.inner_text("#range")):
+            seen.extend(page.locator("progress").evaluate_all("bars => bars.map(b => b.value)"))
+            page.wait_for_timeout(100)
+        assert any(0 < value < 1 for value in seen), seen
+        assert page.inner_text("#no-jump") == ""
+        page.fill("#jump-record", "1999995")
+        page.press("#jump-record", "Enter")
+        page.wait_for_selector("#record-1999995.target")
+        assert page.inner_text("#range") == "records 1999995\u20131999999 of 2,000,000"
+        page.fill("#jump-offset", str(16 * 1_234_567 + 7))
+        page.press("#jump-offset", "Enter")
+        page.wait_for_selector("#record-1234567.target")
+
+
+def test_open_hands_the_url_to_the_browser(browser: Any, data: dict[str, Path], tmp_path: Path) -> None:
+    # webbrowser runs the command in $BROWSER (%s: the URL): here a script that writes it down
+    opened = tmp_path / "opened.txt"
+    script = tmp_path / "browser.py"
+    script.write_text("import pathlib, sys\npathlib.Path(sys.argv[2]).write_text(sys.argv[1])\n")
+    env = {"BROWSER": f"{sys.executable} {script} %s {opened}"}
+    with running_viewer(str(data["detection"]), "--open", env=env) as (url, _):
+        deadline = time.monotonic() + 30
+        while not opened.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert opened.read_text() == url
+        with _browsing(browser, opened.read_text()) as page:
+            page.goto(page.viewer)
+            expect(page.locator("#files tr td a")).to_have_text(str(data["detection"]))
+
+
 def test_the_schema(page: Any) -> None:
     _open(page, "schema")
     page.wait_for_selector("table.schema")
@@ -182,9 +283,10 @@ def test_a_damaged_file_is_shown_as_damaged(page: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def s3_shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any]]:
-    """A 10 MB detection shard and its index on a local S3 emulator, behind a proxy that counts
-    requests; yields its URL, the storage options as JSON, and the proxy."""
+def s3_shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str, Any, Path]]:
+    """A 10 MB detection shard and its index on a local S3 emulator (and a copy, bare.tfrecord,
+    without an index), behind a proxy that counts requests; yields its URL, the storage options
+    as JSON, the proxy and the local file."""
     pytest.importorskip("s3fs", reason="needs the remote extra")
     pytest.importorskip("moto", reason="needs moto[server]")
     import json
@@ -200,11 +302,14 @@ def s3_shard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, st
         filesystem.mkdir("bucket")
         filesystem.put(str(path), "bucket/data/big.tfrecord")
         filesystem.put(str(path) + ".idx", "bucket/data/big.tfrecord.idx")
-        yield "s3://bucket/data/big.tfrecord", json.dumps(options), proxy
+        filesystem.put(str(path), "bucket/data/bare.tfrecord")  # no index beside it
+        yield "s3://bucket/data/big.tfrecord", json.dumps(options), proxy, path
 
 
-def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple[str, str, Any]) -> None:
-    url, options, proxy = s3_shard
+def test_a_remote_file_costs_a_few_ranged_requests(
+    browser: Any, s3_shard: tuple[str, str, Any, Path]
+) -> None:
+    url, options, proxy, _ = s3_shard
     proxy.reset()
     with running_viewer(url, "--storage-options", options) as (viewer, _):
         context = browser.new_context()
@@ -224,3 +329,33 @@ def test_a_remote_file_costs_a_few_ranged_requests(browser: Any, s3_shard: tuple
     # and one range of the 10 MB shard; the last page: one more range
     assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
     assert last[0].get("GET", 0) - first[0].get("GET", 0) == 1 and last[1] - first[1] == 1, (first, last)
+
+
+def test_a_remote_file_without_an_index_builds_one_when_asked(
+    browser: Any, s3_shard: tuple[str, str, Any, Path]
+) -> None:
+    url, options, proxy, local = s3_shard
+    bare = url.replace("big.tfrecord", "bare.tfrecord")
+    with (
+        running_viewer(bare, "--storage-options", options) as (viewer, _),
+        _browsing(browser, viewer) as page,
+    ):
+        _open(page, "records/0/0")
+        page.wait_for_selector("#record-19 canvas[data-ready='1']")
+        assert page.inner_text("#range") == "records 0\u201319"  # paged from the start: no count
+        # the page says why there is no jump, and what building the index costs
+        assert "no index beside this remote file" in page.inner_text("#no-jump")
+        page.click("#last")
+        expect(page.locator("#status")).to_contain_text("no index beside this remote file")
+        proxy.reset()
+        page.click("#build-index")
+        page.wait_for_selector("progress")  # building, with its progress
+        expect(page.locator("#range")).to_have_text("records 0\u201319 of 200", timeout=60_000)
+        # the header walk read the 10 MB through ranged requests, 8 MB at a time
+        assert proxy.ranged_gets <= 3, proxy.requests
+        assert page.inner_text("#no-jump") == ""
+        offset = int(load_index(default_index_path(str(local)))[150, 0])
+        page.fill("#jump-offset", str(offset + 9))
+        page.press("#jump-offset", "Enter")
+        page.wait_for_selector("#record-150.target canvas[data-ready='1']")
+        assert f"byte {offset:,}" in page.inner_text("#record-150 h3")

@@ -4,17 +4,24 @@ directories), searches that go on where they stopped."""
 
 from __future__ import annotations
 
+import base64
+import io
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from viewer_data import write_detection, write_sequences
+from viewer_data import detection_record, write_detection, write_instances, write_sequences
 
 from torch_tfrecord.codec.encode import encode_example
 from torch_tfrecord.errors import SourceNotFoundError
 from torch_tfrecord.records.index import default_index_path, load_index
 from torch_tfrecord.records.writer import RecordWriter
 from torch_tfrecord.viewer import Catalog, ViewerError
+from torch_tfrecord.viewer.catalog import INLINE_PAGE
 from torch_tfrecord.viewer.record_view import view_record
 from torch_tfrecord.viewer.shard import Shard
 
@@ -48,6 +55,54 @@ def test_pages_before_the_index_is_ready_are_read_from_the_start(tmp_path: Path)
     assert shard.read(5000, 20) is None  # far pages wait for the index
 
 
+def test_local_indexes_wait_until_allowed(tmp_path: Path) -> None:
+    # loading an index (numpy) or building one competes with the first page: both wait
+    indexed = write_detection(tmp_path / "indexed", records=30)
+    bare = write_detection(tmp_path / "bare", records=40)
+    Path(default_index_path(str(bare))).unlink()
+    catalog = Catalog([str(indexed), str(bare)])
+    catalog.start(build=False)
+    time.sleep(0.5)
+    for file in (0, 1):
+        waiting = catalog.files()["files"][file]
+        assert waiting["state"] == "pending" and waiting["progress"] == 0.0 and waiting["verified"] is None
+        page = catalog.records(file, 0, 5)  # read from the start meanwhile
+        assert [r["number"] for r in page["records"]] == [0, 1, 2, 3, 4] and page["total"] is None
+    catalog.allow_work()
+    for shard in catalog.shards:
+        shard.wait(30)
+    assert [f["records"] for f in catalog.files()["files"]] == [30, 40]
+
+
+def test_the_first_page_imports_no_numpy(tmp_path: Path) -> None:
+    # the viewer's first page of a local file is read from its start: no numpy (~0.1-0.3 s to
+    # import) before it is served
+    path = write_detection(tmp_path, records=30)
+    code = (
+        "import sys\n"
+        "from torch_tfrecord.viewer.catalog import Catalog\n"
+        "from torch_tfrecord.viewer.server import make_server\n"
+        "catalog = Catalog([sys.argv[1]])\n"
+        "catalog.start(build=False)\n"
+        "page = catalog.records(0, 0, 20)\n"
+        "print(len(page['records']), page['records'][3]['boxes'][0]['name'], 'numpy' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.split() == ["20", "fish", "False"]  # class 3 % 7 + 1 = 4
+
+
+def test_a_page_that_needs_the_index_lets_its_build_begin(tmp_path: Path) -> None:
+    path = write_detection(tmp_path, records=40)
+    Path(default_index_path(str(path))).unlink()
+    shard = Shard(str(path), None)
+    shard.start(build=False)
+    assert shard.read(3000, 20) is None  # past the records read from the start: it needs the index
+    shard.wait(30)
+    assert shard.describe()["state"] == "ready" and shard.describe()["no_jump"] is None
+
+
 def test_a_compressed_file_is_paged_in_sequence(tmp_path: Path) -> None:
     path = tmp_path / "data.tfrecord.gz"
     with RecordWriter(str(path), compression="gzip") as writer:
@@ -63,6 +118,7 @@ def test_a_compressed_file_is_paged_in_sequence(tmp_path: Path) -> None:
     ]
     with pytest.raises(ViewerError):
         catalog.locate(0, 10_000)
+    assert "GZIP-compressed file has no byte offsets to jump to" in catalog.files()["files"][0]["no_jump"]
 
 
 def test_damaged_records_are_shown_with_what_verify_says(tmp_path: Path, records_dir: Path) -> None:
@@ -88,6 +144,33 @@ def test_record_views() -> None:
     assert features["f"]["values"] == [0.1]  # float32 0.1 shown with float32's digits
     assert view["image"] is None and view["kind"] == "example"
     assert view_record(b"\x07not a proto")["kind"] == "raw"
+
+
+def test_small_images_come_inside_the_page(tmp_path: Path) -> None:
+    payload = detection_record(0)
+    view = view_record(payload, inline_limit=10_000)
+    image = base64.b64decode(view["image_data"].removeprefix("data:image/png;base64,"))
+    assert image.startswith(b"\x89PNG") and image in payload
+    assert view_record(payload, inline_limit=len(image) - 1)["image_data"] is None  # fetched by key
+    # a page's inline images stop at INLINE_PAGE; the rest are fetched one by one
+    from PIL import Image
+
+    path = tmp_path / "noise.tfrecord"  # 30 PNGs of noise, about 43 KB each
+    with RecordWriter(str(path)) as writer:
+        for _ in range(30):
+            noise = Image.frombytes("RGB", (120, 120), os.urandom(120 * 120 * 3))
+            out = io.BytesIO()
+            noise.save(out, format="PNG")
+            writer.write(encode_example({"image/encoded": out.getvalue()}))
+    records = Catalog([str(path)]).records(0, 0, 30)["records"]
+    inline = [r["image_data"] is not None for r in records]
+    assert inline[0] and not inline[-1] and inline == sorted(inline, reverse=True)
+    assert sum(len(r["image_data"] or "") for r in records) <= INLINE_PAGE
+
+
+def test_a_record_with_instance_masks(tmp_path: Path) -> None:
+    (record,) = Catalog([str(write_instances(tmp_path))]).records(0, 0, 1)["records"]
+    assert record["instance_masks"] == 2 and [b["label"] for b in record["boxes"]] == [1, 1]
 
 
 def test_the_schema_of_sequence_examples(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -17,6 +19,8 @@ from typing import Any
 import pytest
 from viewer_data import write_detection
 from viewer_server import running_viewer
+
+from torch_tfrecord.viewer import Catalog, make_server
 
 pytest.importorskip("PIL", reason="the test data's images need Pillow")
 
@@ -43,7 +47,11 @@ def test_the_api_without_torch_and_a_clean_stop_on_ctrl_c(detection: Path) -> No
         status, files = _get(url + "api/files")
         assert status == 200 and files["files"][0]["size"] == detection.stat().st_size
         status, page = _get(url + "api/records?file=0&start=28&count=5")
-        assert status == 200 and [r["number"] for r in page["records"]] == [28, 29] and page["total"] == 30
+        assert status == 200 and [r["number"] for r in page["records"]] == [28, 29]
+        while page["total"] is None:  # the index is loaded once the first page is served
+            time.sleep(0.1)
+            page = _get(url + "api/records?file=0&start=28&count=5")[1]
+        assert page["total"] == 30
         assert page["records"][1]["boxes"][0]["name"] == "dog"  # class 29 % 7 + 1 = 2 in label_map.pbtxt
         status, image = _get(url + "api/blob?file=0&record=1&key=image/encoded")
         assert status == 200 and image.startswith(b"\x89PNG")
@@ -60,6 +68,62 @@ def test_the_api_without_torch_and_a_clean_stop_on_ctrl_c(detection: Path) -> No
         _, stderr = process.communicate(timeout=20)
     assert process.returncode == 0
     assert "stopped" in stderr and "Traceback" not in stderr
+
+
+def test_an_index_build_waits_for_the_first_page(tmp_path: Path) -> None:
+    path = write_detection(tmp_path, records=30)
+    Path(str(path) + ".idx").unlink()
+    with running_viewer(str(path)) as (url, _):
+        time.sleep(1.0)  # listening, asked nothing: nothing is built
+        status, files = _get(url + "api/files")
+        assert status == 200 and files["files"][0]["state"] == "pending", files
+        assert files["files"][0]["no_jump"] == "jumps wait for the index, which is being loaded or built"
+        # once the server is quiet after that first page, the build begins and ends
+        deadline = time.monotonic() + 30
+        while files["files"][0]["verified"] != "ok" and time.monotonic() < deadline:
+            time.sleep(0.05)
+            files = _get(url + "api/files")[1]
+        assert files["files"][0]["records"] == 30 and files["files"][0]["verified"] == "ok"
+
+
+def test_the_page_is_served_while_the_catalog_is_made(detection: Path) -> None:
+    # `view` prints its address before the catalog's imports: the page's assets come at once,
+    # its questions wait for the catalog
+    release = threading.Event()
+
+    def make() -> Catalog:
+        assert release.wait(30)
+        return Catalog([str(detection)])
+
+    server = make_server(make)
+    serving = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    serving.start()
+    try:
+        status, html = _get(server.url)
+        assert status == 200 and b"viewer.js" in html and not release.is_set()
+        answer: list[Any] = []
+        asking = threading.Thread(target=lambda: answer.append(_get(server.url + "api/files")))
+        asking.start()
+        asking.join(0.5)
+        assert asking.is_alive()  # waiting for the catalog
+        release.set()
+        asking.join(30)
+        assert answer[0][0] == 200 and answer[0][1]["files"][0]["path"] == str(detection)
+    finally:
+        server.shutdown()
+        server.server_close()
+        server.close_catalog()
+
+
+def test_a_catalog_that_cannot_be_made_stops_the_server(tmp_path: Path) -> None:
+    def make() -> Catalog:
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    server = make_server(make)
+    server.serve_forever(poll_interval=0.05)  # returns: the catalog failed
+    server.server_close()
+    failure = server.catalog_failure()
+    assert isinstance(failure, PermissionError) and str(tmp_path) in str(failure)
 
 
 def _listening(port: int) -> bool:

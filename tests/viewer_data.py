@@ -12,7 +12,17 @@ from torch_tfrecord.codec.label_map import LabelMap
 from torch_tfrecord.proto.example_pb2 import SequenceExample
 from torch_tfrecord.records.writer import RecordWriter
 
-__all__ = ["BOX", "GREY", "damage_record", "write_detection", "write_segmentation", "write_sequences"]
+__all__ = [
+    "BOX",
+    "GREY",
+    "INSTANCES",
+    "damage_record",
+    "write_detection",
+    "write_empty_records",
+    "write_instances",
+    "write_segmentation",
+    "write_sequences",
+]
 
 GREY = (128, 128, 128)
 BOX = (0.25, 0.25, 0.75, 0.75)  # xmin, ymin, xmax, ymax of every detection record's box
@@ -83,6 +93,52 @@ def write_segmentation(folder: Path, records: int = 3) -> Path:
                     }
                 )
             )
+    return path
+
+
+# The instance record's two objects (both of class 1) in its grey 60x40 image: each box (pixels
+# x0, y0, x1, y1) and the rectangle its mask covers inside the box.
+INSTANCES = [((3, 4, 27, 36), (8, 10, 20, 30)), ((33, 4, 57, 36), (38, 10, 50, 30))]
+
+
+def write_instances(folder: Path, scale: int = 1) -> Path:
+    """One record with instance masks (image/object/mask: a PNG per object, 1 on the object, 0
+    elsewhere, as the Object Detection API stores them): :data:`INSTANCES` in a grey 60x40 image
+    (``scale`` times larger: the docs' screenshot)."""
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "instances.tfrecord"
+    size = (60 * scale, 40 * scale)
+    masks = []
+    for _, rectangle in INSTANCES:
+        mask = Image.new("L", size, 0)
+        mask.paste(1, tuple(scale * c for c in rectangle))
+        masks.append(_png(mask))
+    boxes = [box for box, _ in INSTANCES]
+    with RecordWriter(str(path)) as writer:
+        writer.write(
+            encode_example(
+                {
+                    "image/encoded": _png(Image.new("RGB", size, GREY)),
+                    "image/object/bbox/xmin": [b[0] / 60 for b in boxes],
+                    "image/object/bbox/ymin": [b[1] / 40 for b in boxes],
+                    "image/object/bbox/xmax": [b[2] / 60 for b in boxes],
+                    "image/object/bbox/ymax": [b[3] / 40 for b in boxes],
+                    "image/object/class/label": [1, 1],
+                    "image/object/mask": masks,
+                }
+            )
+        )
+    return path
+
+
+def write_empty_records(path: Path, records: int) -> Path:
+    """``records`` empty records (16 bytes each, written at once): a file whose index takes
+    seconds to build, the header walk's slowest case, without its index."""
+    with RecordWriter(str(path), write_index=False) as writer:
+        writer.write(b"")
+    path.write_bytes(path.read_bytes() * records)
     return path
 
 

@@ -38,10 +38,12 @@ _WITHOUT_TORCH = (
 
 
 @contextlib.contextmanager
-def running_viewer(*args: str, timeout: float = 30.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """Starts ``torch-tfrecord view ARGS``; yields the URL it printed and the process, then stops
-    it with SIGINT (by its PID) and waits for it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+def running_viewer(
+    *args: str, timeout: float = 30.0, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Starts ``torch-tfrecord view ARGS`` (with ``env`` added to the environment); yields the URL
+    it printed and the process, then stops it with SIGINT (by its PID) and waits for it."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     process = subprocess.Popen(
         [sys.executable, "-c", _WITHOUT_TORCH, "view", *args],
         stdout=subprocess.PIPE,

@@ -1,6 +1,6 @@
-"""Writes the viewer's screenshots of docs/guides/viewer.md (docs/images/viewer-*.png): small detection
-and segmentation files (tests/viewer_data.py), ``torch-tfrecord view`` started on them, and Debian's
-chromium driven by Playwright.
+"""Writes the viewer's screenshots of docs/guides/viewer.md (docs/images/viewer-*.png): small
+detection, segmentation and instance-mask files (tests/viewer_data.py), ``torch-tfrecord view``
+started on them, and Debian's chromium driven by Playwright.
 
     python docs/images/viewer_screenshots.py
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent / "tests"))
-from viewer_data import damage_record, write_detection, write_segmentation  # noqa: E402
+from viewer_data import damage_record, write_detection, write_instances, write_segmentation  # noqa: E402
 from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer  # noqa: E402
 
 
@@ -29,7 +29,8 @@ def main() -> None:
         (root / "damaged").mkdir()
         damaged = Path(shutil.copy(detection, root / "damaged" / "train-00001.tfrecord"))
         damage_record(damaged, 5)
-        paths = [str(detection.parent), str(segmentation), str(damaged)]
+        instances = write_instances(root / "instances", scale=5)
+        paths = [str(detection.parent), str(segmentation), str(damaged), str(instances)]
         with running_viewer(*paths) as (url, _), sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1100, "height": 640})
@@ -37,6 +38,7 @@ def main() -> None:
                 ("files", "files", "#files .verified .badge"),
                 ("records", "records/0/40", "#record-41 canvas[data-ready='1']"),
                 ("mask", "records/1/0", "#record-0 canvas[data-ready='1']"),
+                ("instances", "records/3/0", "#record-0 canvas[data-ready='1']"),
                 ("schema", "schema", "table.schema"),
                 ("statistics", "statistics", "#stats-state.badge:not(.partial)"),
                 ("filter", "search/label%20%3D%3D%203", "#matches li"),

@@ -195,9 +195,10 @@ def main() -> int:
     # expected/golden_features/test.json (+ .npz), checked here to be what TFDS gives.
     scratch = os.path.join(OUT, "expected", "_legacy_check")
     _save_expected(tfds.builder_from_directory(legacy), "test", scratch)
-    with open(os.path.join(scratch, "test.json")) as a, open(
-        os.path.join(OUT, "expected", "golden_features", "test.json")
-    ) as b:
+    with (
+        open(os.path.join(scratch, "test.json")) as a,
+        open(os.path.join(OUT, "expected", "golden_features", "test.json")) as b,
+    ):
         assert a.read() == b.read(), "TFDS reads the legacy features.json differently"
     shutil.rmtree(scratch)
     return 0

@@ -6,18 +6,18 @@ import argparse
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..codec.inspect import format_json, format_text, show_key
-from ..codec.label_map import class_names_beside
-from ..codec.survey import Survey, survey_paths
 from ..errors import TFRecordError
-from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
-from ..records.index import count_records, default_index_path, load_index
-from ..records.io import exists, expand_sources, resolve_compression
-from ..records.reader import ReadStats, read_records
 from ..support.text import plural
 from .options import add_command, add_storage_options, storage_options
+
+if TYPE_CHECKING:
+    from ..codec.survey import Survey
+
+# Each command imports what it reads with inside it: building the parser imports none of it, so
+# every command (`torch-tfrecord view` first) starts without numpy, protobuf or fsspec loaded
+# for the others.
 
 __all__ = ["add_inspect_commands"]
 
@@ -89,6 +89,9 @@ def _disagreement(path: str, records: int, expected: dict[str, int]) -> str | No
 
 
 def cmd_count(args: argparse.Namespace) -> int:
+    from ..integrations.tfds.info import expand_with_tfds
+    from ..records.index import count_records
+
     total = 0
     failed = 0
     options = storage_options(args)
@@ -119,6 +122,10 @@ def _verify_one(path: str, options: dict[str, Any] | None, expected: dict[str, i
     One pass: past damage, the read resumes at the next intact record, so every damaged region
     is listed with its byte offsets (and the records lost, where the headers say).
     """
+    from ..records.index import default_index_path, load_index
+    from ..records.io import exists, resolve_compression
+    from ..records.reader import ReadStats, read_records
+
     compression = resolve_compression("auto", path, options)
     stats = ReadStats()
     records = 0
@@ -139,6 +146,8 @@ def _verify_one(path: str, options: dict[str, Any] | None, expected: dict[str, i
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ..integrations.tfds.info import expand_with_tfds
+
     logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # each problem is listed below
     start = time.perf_counter()
     options = storage_options(args)
@@ -164,6 +173,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_head(args: argparse.Namespace) -> int:
+    from ..codec.inspect import format_json, format_text
+    from ..records.io import expand_sources
+    from ..records.reader import read_records
+
     options = storage_options(args)
     shown = 0
     for path in expand_sources(args.path, options):
@@ -178,6 +191,7 @@ def cmd_head(args: argparse.Namespace) -> int:
 
 def _tfds_schema(path: str, options: dict[str, Any] | None) -> int:
     from ..integrations.tfds.decoder import FeatureDecoder  # imports torch
+    from ..integrations.tfds.info import read_info
     from ..integrations.tfds.load import load_features
 
     info = read_info(path, options)
@@ -201,6 +215,10 @@ def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> No
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
+    from ..codec.inspect import show_key
+    from ..codec.survey import survey_paths
+    from ..integrations.tfds.info import is_tfds_dir
+
     # The proposals are found and printed as code without torch: the command starts fast.
     options = storage_options(args)
     if len(args.paths) == 1 and is_tfds_dir(args.paths[0], options):
@@ -231,6 +249,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
+    from ..codec.inspect import show_key
+
     lists = survey.feature_lists or {}
     print(
         f"SequenceExamples ({plural(survey.records, 'record')} read): "
@@ -263,6 +283,9 @@ def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
 
 
 def cmd_preview(args: argparse.Namespace) -> int:
+    from ..codec.label_map import class_names_beside
+    from ..records.io import expand_sources
+    from ..records.reader import read_records
     from ..vision.preview import render_grid
 
     options = storage_options(args)

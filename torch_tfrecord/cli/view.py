@@ -6,7 +6,7 @@ import argparse
 import logging
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .options import add_command, add_storage_options, storage_options
 
@@ -42,15 +42,28 @@ def add_view_command(commands: Any) -> list[argparse.ArgumentParser]:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from ..viewer import Catalog, make_server
+    # Only the standard library's server and the paths' expansion before the address is printed;
+    # the catalog (numpy, protobuf) is imported and made while the browser loads the page.
+    from ..viewer.server import make_server
+    from ..viewer.sources import expand_paths
+
+    if TYPE_CHECKING:
+        from ..viewer.catalog import Catalog
 
     logging.getLogger("torch_tfrecord.records.reader").setLevel(logging.ERROR)  # the page lists the damage
-    catalog = Catalog(args.paths, storage_options(args), stats_records=args.stats_records)
-    server = make_server(catalog, args.host, args.port)
-    catalog.start()
-    print(
-        f"torch-tfrecord view: {len(catalog.shards)} file(s) at {server.url}  (Ctrl-C stops it)", flush=True
-    )
+    options = storage_options(args)
+    files = expand_paths(args.paths, options)  # no files: an error before any address
+
+    def make_catalog() -> Catalog:
+        from ..viewer.catalog import Catalog
+
+        catalog = Catalog(args.paths, options, stats_records=args.stats_records, files=files)
+        catalog.start(build=False)  # remote files' indexes are loaded at once ...
+        return catalog
+
+    server = make_server(make_catalog, args.host, args.port)
+    server.allow_work_when_quiet()  # ... the local files' indexes wait for the first page
+    print(f"torch-tfrecord view: {len(files[0])} file(s) at {server.url}  (Ctrl-C stops it)", flush=True)
     if args.open:
         import webbrowser
 
@@ -63,5 +76,8 @@ def cmd_view(args: argparse.Namespace) -> int:
         print("torch-tfrecord view: stopped", file=sys.stderr, flush=True)
     finally:
         server.server_close()
-        catalog.close()
+        server.close_catalog()
+    failure = server.catalog_failure()
+    if failure is not None:
+        raise failure
     return 0

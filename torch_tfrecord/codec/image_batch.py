@@ -5,6 +5,8 @@ With a size, a JPEG is decoded at the smallest libjpeg-turbo DCT scale (1/8 ... 
 covers the kept region with at least the output's pixels, then cropped and resized (bilinear,
 antialiased). simplejpeg does the scaled decode when installed (it releases the GIL); Pillow's
 ``draft`` otherwise. The region comes from a generator seeded per record (see :func:`seeded`).
+Where the ``_jpeg`` extension is built (:mod:`.image_roi`) and simplejpeg is installed, a batch's
+JPEGs are decoded in one native call that decodes only each kept region, with the same pixels.
 """
 
 from __future__ import annotations
@@ -23,8 +25,15 @@ import torch
 import torch.nn.functional as F
 
 from ..support.seeds import mix_seed
+from . import image_roi
 from .spec import Image
-from .tf_jpeg import decode_jpeg_crop_fast, decode_jpeg_fast, fast_dct_library, simplejpeg_module
+from .tf_jpeg import (
+    crop_library,
+    decode_jpeg_crop_fast,
+    decode_jpeg_fast,
+    fast_dct_library,
+    simplejpeg_module,
+)
 
 __all__ = ["UndecodableImage", "crop_box", "decode_images", "reduced_decode", "seeded"]
 
@@ -130,8 +139,18 @@ def _is_jpeg(data: bytes | memoryview) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
-def reduced_decode(data: bytes, spec: Image, generator: torch.Generator | None = None) -> torch.Tensor:
-    """One image decoded to ``spec.size`` on the CPU (see the module's docstring)."""
+def _needed(height: int, width: int, box: Box, size: tuple[int, int]) -> tuple[int, int]:
+    """The pixels a decode of the whole image needs so that ``box`` keeps at least ``size`` of them:
+    the smallest DCT scale giving these is the one to decode at."""
+    _, _, h, w = box
+    return min(math.ceil(height * size[0] / h), height), min(math.ceil(width * size[1] / w), width)
+
+
+def reduced_decode(
+    data: bytes, spec: Image, generator: torch.Generator | None = None, box: Box | None = None
+) -> torch.Tensor:
+    """One image decoded to ``spec.size`` on the CPU (see the module's docstring); its region is
+    ``box`` when given, else drawn by :func:`crop_box` from ``generator``."""
     from .image import decode_image
 
     assert spec.size is not None
@@ -139,13 +158,12 @@ def reduced_decode(data: bytes, spec: Image, generator: torch.Generator | None =
     if not _is_jpeg(data):
         full = decode_image(data, spec.mode)
         height, width = full.shape[-2:]
-        return resize(full, crop_box(height, width, spec, generator), (out_h, out_w))
+        return resize(full, box or crop_box(height, width, spec, generator), (out_h, out_w))
     simplejpeg = fast_dct_library() if spec.dct == "fast" else _simplejpeg()
     if simplejpeg is not None:
         height, width, _, _ = simplejpeg.decode_jpeg_header(data)
-        top, left, h, w = crop_box(height, width, spec, generator)
-        # The smallest DCT scale that keeps at least the output's pixels across the region.
-        need_h, need_w = min(math.ceil(height * out_h / h), height), min(math.ceil(width * out_w / w), width)
+        top, left, h, w = box or crop_box(height, width, spec, generator)
+        need_h, need_w = _needed(height, width, (top, left, h, w), (out_h, out_w))
         if spec.dct == "fast" and spec.crop != "resize":
             array, region = decode_jpeg_crop_fast(data, spec.mode, (top, left, h, w), need_h, need_w)
             return resize(torch.from_numpy(array).permute(2, 0, 1), region, (out_h, out_w))
@@ -160,9 +178,9 @@ def reduced_decode(data: bytes, spec: Image, generator: torch.Generator | None =
 
         with PIL.Image.open(io.BytesIO(data)) as image:
             width, height = image.size
-            top, left, h, w = crop_box(height, width, spec, generator)
-            need = (min(math.ceil(width * out_w / w), width), min(math.ceil(height * out_h / h), height))
-            image.draft(spec.mode, need)
+            top, left, h, w = box or crop_box(height, width, spec, generator)
+            need_h, need_w = _needed(height, width, (top, left, h, w), (out_h, out_w))
+            image.draft(spec.mode, (need_w, need_h))
             array = np.asarray(image.convert(spec.mode))
         if array.ndim == 2:
             array = array[:, :, None]
@@ -226,12 +244,68 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
         # Decoded straight into shared memory: the batch goes to the main process with no copy.
         out.share_memory_()  # type: ignore[no-untyped-call]
 
+    if _regions_apply(spec):
+        _decode_regions_into(out, encoded, spec, generators)
+        return out
+
     def into(i: int) -> torch.Tensor:
         out[i] = reduced_decode(encoded[i], spec, generators[i])
         return out[i]
 
     _each(len(encoded), into)
     return out
+
+
+def _regions_apply(spec: Image) -> bool:
+    """Whether the batch's JPEGs go through :mod:`.image_roi`: where it gives the pixels of the path
+    without it (simplejpeg's scaled decode; ``decode_and_crop_jpeg``'s for ``dct="fast"`` crops,
+    which still need the ``fastjpeg`` extra as without it: CMYK JPEGs go through PyTurboJPEG)."""
+    if not image_roi.available():
+        return False
+    if spec.dct == "fast" and spec.crop != "resize":
+        try:
+            crop_library()
+        except ImportError:
+            return False  # the Python path then names the extra
+        return True
+    return spec.dct == "fast" or _simplejpeg() is not None
+
+
+def _decode_regions_into(
+    out: torch.Tensor, encoded: Sequence[bytes], spec: Image, generators: list[torch.Generator | None]
+) -> None:
+    """``out[i]`` = image i at ``spec.size``: the JPEGs' regions decoded in one native call, then
+    resized; other formats (and CMYK JPEGs) as :func:`reduced_decode` decodes them."""
+    size: tuple[int, int] = spec.size  # type: ignore[assignment]
+    jpegs = [i for i, data in enumerate(encoded) if _is_jpeg(data)]
+    boxes: dict[int, Box] = {}
+    regions: list[image_roi.Region] = []
+    failed: dict[int, ValueError] = {}
+    for i, header in zip(jpegs, image_roi.read_sizes([encoded[i] for i in jpegs]), strict=True):
+        if isinstance(header, ValueError):
+            failed[i] = header
+            continue
+        box = boxes[i] = crop_box(*header, spec, generators[i])
+        regions.append((*box, *_needed(*header, box, size)))
+    fast, jpegs_kept = spec.dct == "fast", [encoded[i] for i in boxes]
+    tf_crop = fast and spec.crop != "resize"  # TensorFlow's decode_and_crop_jpeg pixels
+    decoded = image_roi.decode_regions(jpegs_kept, regions, spec.mode == "L", fast, _threads(), tf_crop)
+    results: dict[int, torch.Tensor | ValueError | None] = {
+        **dict(zip(boxes, decoded, strict=True)),
+        **failed,
+    }
+
+    def into(i: int) -> torch.Tensor:
+        result = results.get(i)
+        if isinstance(result, ValueError):
+            raise result
+        if result is None:  # not a JPEG, or CMYK: the Python path, with the box already drawn
+            out[i] = reduced_decode(encoded[i], spec, generators[i], boxes.get(i))
+        else:
+            out[i] = resize(result, (0, 0, *result.shape[-2:]), size)
+        return out[i]
+
+    _each(len(encoded), into)
 
 
 def _decode_on_gpu(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] | torch.Tensor:

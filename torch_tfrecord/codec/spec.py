@@ -316,7 +316,9 @@ class Image:
     ``[B, C, H, W]`` tensor. JPEGs are then decoded at a reduced scale in the DCT domain
     (libjpeg-turbo's 1/2, 1/4, 1/8: simplejpeg when installed, else Pillow's ``draft``) large
     enough for the region kept, and resized (bilinear, antialiased): a few times faster than a
-    full decode, its pixels close to (not equal to) full decode + resize.
+    full decode, its pixels close to (not equal to) full decode + resize. Where the optional
+    ``_jpeg`` extension is built (libjpeg-turbo), only the region kept is decoded, with the
+    same pixels.
 
     Args:
         mode: ``"RGB"`` (3 channels), ``"L"`` (1 channel, grey) or ``"unchanged"``.

@@ -8,28 +8,26 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
-import torch
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..codec.decode import SpecArg
-from ..codec.selection import RowList
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
-from ..support.seeds import mix_seed
 from .cache_plan import ReadSchedule
 from .epochs import EpochCounter
 from .frameworks import DISPATCHED_STATE, DispatchFlag, calling_wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .loader import calling_fetcher, requested_batch_size, use_fast_convert
-from .order import EpochPlan, Shuffle, WorkerSlice, block_size
+from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
 from .packing import pack_tensors
-from .pipeline import PADDING_KEY, RECORD_ID_KEY, SeededTransform, decoder_for
+from .pipeline import PADDING_KEY, SeededTransform, decoder_for, transformed
+from .prefetch import Prefetcher
 from .remote_shards import CacheDir
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from .shard_index import IndexArg
@@ -42,6 +40,8 @@ __all__ = ["TFRecordDataset"]
 
 logger = logging.getLogger(__name__)
 
+DEFAULT_PREFETCH = 2
+"""Batches loaded ahead in the main process: enough to hide loading behind a step (see bench_overlap)."""
 _SAMPLE_CHUNK = 64  # sample mode: records a worker reads and decodes at once
 
 
@@ -105,6 +105,12 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             that names it (ranks, workers, other jobs) and kept; False, no cache (ranged reads).
         cache_limit: the most bytes the cache holds (``"50GB"`` or an int); None: the disk's
             free space less a margin. See the remote storage guide.
+        prefetch: iterated in the main process (``num_workers=0``), how many batches (sample
+            mode: reads of one loader batch, or of about 64 records) a background thread reads
+            and decodes ahead of the loop, while it trains (reading, decoding and image decoding
+            release the GIL); 0 loads each batch when the loop asks for it. The transform still
+            runs in the loop's thread, and the batches, their order and :meth:`state_dict`
+            (what the loop received) are the same either way. DataLoader workers ignore it.
 
     Example:
         >>> ds = TFRecordDataset("train-*.tfrecord", spec={"label": "int"}, batch_size=256)  # doctest: +SKIP
@@ -135,7 +141,11 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         storage_options: StorageOptions = None,
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
     ) -> None:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"{prefetch=} must be an int >= 0")
+        self.prefetch = prefetch
         self.files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
         found_rank, found_size = resolve_world(rank, world_size)
         self.plan = EpochPlan(
@@ -252,32 +262,47 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
         live = self._live = Live(epoch, progress, workers, skip)
-        schedule = ReadSchedule(self.files, plan, epoch, workers, progress, skip)
-        remaining = progress.remaining(plan.units_per_rank)
-        batch_size = plan.batch_size
-        # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
-        for block in workers.items(remaining, skip, block=16 if batch_size else _reading(chunk)):
-            units = progress.units(block)
-            if batch_size:
-                ids, padding = plan.records(plan.unit_positions(units), epoch)
-                for first in range(0, len(ids), batch_size):
-                    schedule.reached(block[first // batch_size])
-                    batch = self._load(
-                        ids[first : first + batch_size], padding[first : first + batch_size], epoch
-                    )
-                    if info is not None:  # sent to the main process as one block (see _packing)
-                        batch = pack_tensors(batch)
+        loads: Generator[list[dict[str, Any]], None, None] | Prefetcher[list[dict[str, Any]]]
+        loads = self._loads(plan, workers, progress, skip, epoch)
+        if info is None and self.prefetch:  # loaded ahead in a thread, while the loop trains
+            loads = Prefetcher(loads, self.prefetch)
+        pack = info is not None and plan.batch_size is not None
+        try:
+            # The transform runs here, in the loop's thread (it may draw from torch's global RNG,
+            # which the loop uses too), and the place is counted here: what the loop received.
+            for loaded in loads:
+                for item in loaded:
+                    item = transformed(self._transform, item, plan.seed, epoch)
+                    if pack:  # a batch is sent to the main process as one block (see _packing)
+                        item = pack_tensors(item)
                     live.yielded += 1  # counted before the yield: a state taken now includes it
-                    yield batch
-            else:
-                schedule.reached(block[0])
-                for sample in self._samples(*plan.records(units, epoch), epoch):
-                    live.yielded += 1
-                    yield sample
-        schedule.finished()
+                    yield item
+        finally:
+            loads.close()  # a loop left early stops the loading
         self._epoch_guard.finished(epoch)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
+
+    def _loads(
+        self, plan: EpochPlan, workers: WorkerSlice, progress: Progress, skip: int, epoch: int
+    ) -> Generator[list[dict[str, Any]], None, None]:
+        """The rank's share of the epoch from ``progress`` on, read and decoded, not transformed:
+        one list per read, of one batch (batch mode) or of samples."""
+        schedule = ReadSchedule(self.files, plan, epoch, workers, progress, skip)  # for the cache
+        remaining = progress.remaining(plan.units_per_rank)
+        size, seed = plan.batch_size, plan.seed
+        # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
+        for block in workers.items(remaining, skip, block=16 if size else _reading(workers.chunk)):
+            units = progress.units(block)
+            if size:
+                ids, padding = plan.records(plan.unit_positions(units), epoch)
+                for at in range(0, len(ids), size):
+                    schedule.reached(block[at // size])
+                    yield [self._decoder.batch(ids[at : at + size], padding[at : at + size], seed, epoch)]
+            else:
+                schedule.reached(block[0])
+                yield self._decoder.samples(*plan.records(units, epoch), seed, epoch)
+        schedule.finished()
 
     def _serve_world(self, epoch: int) -> Iterator[dict[str, Any]]:
         """Under Accelerate's DataLoaderDispatcher: on rank 0, every rank's units in the order in
@@ -325,28 +350,14 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         return self._samples(np.asarray(ids, dtype=np.int64), np.asarray(padding, dtype=bool), epoch)
 
     def _load(self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int) -> dict[str, Any]:
-        batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
-        for key, column in batch.items():
-            if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
-                batch[key] = RowList(column)
-        batch[RECORD_ID_KEY] = torch.from_numpy(ids)
-        batch[PADDING_KEY] = torch.from_numpy(padding)
-        if self._transform is not None:
-            batch = self._transform(batch, mix_seed(self.plan.seed, epoch, int(ids[0])))
-        return batch
+        batch = self._decoder.batch(ids, padding, self.plan.seed, epoch)
+        return transformed(self._transform, batch, self.plan.seed, epoch)  # type: ignore[no-any-return]
 
     def _samples(
         self, ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any], epoch: int
     ) -> Iterator[dict[str, Any]]:
-        batch, ids, padding = self._decoder.decode_seeded(ids, padding, self.plan.seed, epoch)
-        for sample, record_id, pad in zip(
-            self._decoder.split(batch, len(ids)), ids.tolist(), padding.tolist(), strict=True
-        ):
-            sample[RECORD_ID_KEY] = record_id
-            sample[PADDING_KEY] = pad
-            if self._transform is not None:
-                sample = self._transform(sample, mix_seed(self.plan.seed, epoch, record_id))
-            yield sample
+        for sample in self._decoder.samples(ids, padding, self.plan.seed, epoch):
+            yield transformed(self._transform, sample, self.plan.seed, epoch)
 
     def state_dict(self, consumed: int | None = None, *, gather: bool = False) -> dict[str, Any]:
         """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data._utils.collate import default_convert
 
 from ..codec.selection import RowList
+from .byte_ring import RingBytes
 
 __all__ = ["calling_fetcher", "convert", "requested_batch_size", "use_fast_convert"]
 
@@ -93,7 +94,7 @@ def convert(data: Any) -> Any:
 
 
 def _value(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
+    if isinstance(value, torch.Tensor) or type(value) is RingBytes:  # (RingBytes: packed to leave a worker)
         return value
     if type(value) in _LISTS and _LEAVES.issuperset(map(type, value)):
         return type(value)(value)  # default_convert's copy of the list, item for item

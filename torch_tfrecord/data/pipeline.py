@@ -21,6 +21,7 @@ from ..codec.image_batch import seeded as image_seeds
 from ..codec.payloads import Payload, payload_for
 from ..codec.rows import split_batch
 from ..codec.schema import sample_dtypes
+from ..codec.selection import RowList
 from ..codec.spec import FeatureSpec, Image, normalize_spec
 from ..codec.spec_file import read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
@@ -28,7 +29,7 @@ from ..records.reader import OnError
 from ..support.seeds import mix_seed
 from .shards import RecordFiles
 
-__all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform"]
+__all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform", "transformed"]
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +89,31 @@ class BatchDecoder:
             return self.decode(ids, padding)
         with image_seeds(mix_seed(seed, epoch), ids):
             return self.decode(ids, padding)
+
+    def batch(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
+    ) -> dict[str, Any]:
+        """The records ``ids`` as a dataset's batch (before its transform): :meth:`decode_seeded`'s
+        columns (lists as :class:`RowList`), ``"_record_id"`` and ``"_padding"``."""
+        batch, ids, padding = self.decode_seeded(ids, padding, seed, epoch)
+        for key, column in batch.items():
+            if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
+                batch[key] = RowList(column)
+        batch[RECORD_ID_KEY] = torch.from_numpy(ids)
+        batch[PADDING_KEY] = torch.from_numpy(padding)
+        return batch
+
+    def samples(
+        self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
+    ) -> list[dict[str, Any]]:
+        """The records ``ids`` as a dataset's samples (before its transform), each with its
+        ``"_record_id"`` and ``"_padding"``."""
+        batch, ids, padding = self.decode_seeded(ids, padding, seed, epoch)
+        samples = self.split(batch, len(ids))
+        for sample, record_id, pad in zip(samples, ids.tolist(), padding.tolist(), strict=True):
+            sample[RECORD_ID_KEY] = record_id
+            sample[PADDING_KEY] = pad
+        return samples
 
     def decode(
         self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_]
@@ -216,6 +242,16 @@ class SeededTransform:
             if self.takes_generator:
                 return self.transform(item, generator=torch.Generator().manual_seed(seed))
             return self.transform(item)
+
+
+def transformed(transform: SeededTransform | None, item: dict[str, Any], seed: int, epoch: int) -> Any:
+    """A dataset's batch or sample after ``transform``, its RNG seeded from (seed, epoch, the
+    item's first record id)."""
+    if transform is None:
+        return item
+    record_id = item[RECORD_ID_KEY]
+    first = int(record_id[0]) if isinstance(record_id, torch.Tensor) else int(record_id)
+    return transform(item, mix_seed(seed, epoch, first))
 
 
 def decoder_for(

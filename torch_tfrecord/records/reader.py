@@ -10,14 +10,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Literal
-
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..errors import CompressedIndexError, TFRecordError
 from ..support.text import plural
-from .entries import read_entries, read_entries_at
-from .headers import read_framed_sizes
 from .io import (
     CompressionArg,
     PathLike,
@@ -29,7 +25,25 @@ from .io import (
 from .resync import DamagedRegion
 from .scan import Span, scan
 
-# read_entries_at and read_framed_sizes have their own modules; they stay importable from here.
+# read_entries_at and read_framed_sizes have their own modules; they stay importable from here,
+# loaded when asked for: reading from the start imports no numpy (a viewer's first page, `head`).
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from .entries import read_entries_at
+    from .headers import read_framed_sizes
+
+_MOVED = {"read_entries_at": "entries", "read_framed_sizes": "headers"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(f".{_MOVED[name]}", __package__), name)
+
+
 __all__ = [
     "DamagedRegion",
     "OnError",
@@ -174,6 +188,8 @@ def read_records(
         )
     if entries is not None:
         on_skip = None if on_error == "raise" else lambda error: _skip(stats, error, "record")
+        from .entries import read_entries
+
         records = read_entries(name, entries, record_numbers, verify_crc, on_skip, storage_options)
     else:
         records = _read_sequential(name, resolved, byte_range, verify_crc, on_error, stats, storage_options)

@@ -17,11 +17,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import struct
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from .framing import FRAME_OVERHEAD, HEADER_SIZE, MASK_DELTA, masked_crc32c
+
+if TYPE_CHECKING:  # numpy is imported by the search itself: reading intact records needs none
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["ChainCount", "DamagedRegion", "header_candidates", "is_record_at"]
 
@@ -76,6 +78,8 @@ def _plural(count: int, noun: str) -> str:
 @functools.cache
 def _crc32c_table() -> npt.NDArray[np.uint32]:
     """The byte-at-a-time CRC32C (Castagnoli, reflected 0x82F63B78) table."""
+    import numpy as np
+
     table = np.arange(256, dtype=np.uint32)
     for _ in range(8):
         table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
@@ -84,6 +88,8 @@ def _crc32c_table() -> npt.NDArray[np.uint32]:
 
 def _masked_crc_of_8(data: npt.NDArray[np.uint8], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
     """The masked CRC32C of the 8 bytes at each of ``positions`` in ``data``, vectorised."""
+    import numpy as np
+
     table = _crc32c_table()
     crc = np.full(len(positions), _U32, dtype=np.uint32)
     for k in range(8):
@@ -94,6 +100,8 @@ def _masked_crc_of_8(data: npt.NDArray[np.uint8], positions: npt.NDArray[np.int6
 
 def _u64_at_every_offset(data: npt.NDArray[np.uint8], count: int) -> npt.NDArray[np.uint64]:
     """The little-endian u64 starting at each of the first ``count`` offsets of ``data``."""
+    import numpy as np
+
     values = np.empty(count, dtype=np.uint64)
     raw = data.tobytes() if not data.flags.c_contiguous else data
     for k in range(min(8, count)):
@@ -109,6 +117,8 @@ def header_candidates(buffer: bytes, lo: int, hi: int, base: int, limit: int | N
     where the file ends; ``base`` is the absolute offset of ``buffer[0]``), the framed record
     must also end by then.
     """
+    import numpy as np
+
     if hi <= lo:
         return np.zeros(0, dtype=np.int64)
     data = np.frombuffer(buffer, dtype=np.uint8, count=hi - lo + HEADER_SIZE - 1, offset=lo)

@@ -13,13 +13,13 @@ from typing import Any
 
 from ..codec.inspect import describe_record, show_key
 from ..codec.label_map import class_names_beside
-from ..codec.survey import survey_records
 from ..errors import TFRecordError
-from ..integrations.tfds.info import expand_with_tfds, is_tfds_dir, read_info
+from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
 from .query import parse_query
 from .record_view import image_type, view_record
 from .shard import RecordRead, Shard
+from .sources import ViewerError, expand_paths
 from .statistics import FeatureStatistics
 
 __all__ = ["Catalog", "ViewerError"]
@@ -30,10 +30,10 @@ PAGE_LIMIT = 200  # records one request may ask for
 SCHEMA_RECORDS = 1000  # records the schema is inferred from, as `torch-tfrecord schema` does
 _SEARCH_CHUNK = 256
 _SEARCH_SECONDS = 1.5  # a search answers within about this long, with where to go on from
-
-
-class ViewerError(TFRecordError, LookupError):
-    """A request for a file, record or feature that is not there."""
+# Images up to this size come inside a page's JSON (fewer requests for the first page), up to a
+# total per page; larger ones the page fetches one by one.
+INLINE_IMAGE = 64 << 10
+INLINE_PAGE = 1 << 20
 
 
 class Catalog:
@@ -43,6 +43,7 @@ class Catalog:
         paths: files, globs, directories, TFDS directories or URLs.
         storage_options: for URLs.
         stats_records: records the statistics look at, at most (across all files).
+        files: ``paths`` expanded already (:func:`~torch_tfrecord.viewer.sources.expand_paths`).
     """
 
     def __init__(
@@ -50,13 +51,12 @@ class Catalog:
         paths: Sequence[str],
         storage_options: dict[str, Any] | None = None,
         stats_records: int = 100_000,
+        files: tuple[list[str], dict[str, int]] | None = None,
     ) -> None:
         self.paths = list(paths)
         self.storage_options = storage_options
-        files, expected = expand_with_tfds(self.paths, storage_options)
-        if not files:
-            raise ViewerError(f"no TFRecord files in {', '.join(map(repr, self.paths))}")
-        self.shards = [Shard(path, storage_options, expected.get(path)) for path in files]
+        found, expected = files or expand_paths(self.paths, storage_options)
+        self.shards = [Shard(path, storage_options, expected.get(path)) for path in found]
         local = [p for p in self.paths if "://" not in p]
         self.class_names = next((n for n in map(class_names_beside, local) if n), {})
         self.stats_records = stats_records
@@ -66,10 +66,17 @@ class Catalog:
         self._schema: dict[str, Any] | None = None
         self._lock = threading.Lock()
 
-    def start(self) -> None:
-        """Loads or builds every file's index in the background."""
+    def start(self, build: bool = True) -> None:
+        """Loads every file's index in the background, and builds those missing (local files);
+        with ``build=False`` only remote files' indexes are loaded until :meth:`allow_work`."""
         for shard in self.shards:
-            shard.start()
+            shard.start(build)
+
+    def allow_work(self) -> None:
+        """Lets the local files' index loads, builds and verifications that :meth:`start` held
+        back begin."""
+        for shard in self.shards:
+            shard.allow_work()
 
     def close(self) -> None:
         for shard in self.shards:
@@ -94,14 +101,19 @@ class Catalog:
         page["shard"] = shard.describe()
         if reads is None:
             return {**page, "pending": True, "records": []}
-        page["records"] = [self._view(read) for read in reads]
+        budget = INLINE_PAGE
+        page["records"] = []
+        for read in reads:
+            shown = self._view(read, min(INLINE_IMAGE, budget))
+            budget -= len(shown.get("image_data") or "")
+            page["records"].append(shown)
         return {**page, "pending": False}
 
-    def _view(self, read: RecordRead) -> dict[str, Any]:
+    def _view(self, read: RecordRead, inline_limit: int) -> dict[str, Any]:
         where = {"number": read.number, "offset": read.offset, "framed_size": read.framed_size}
         if read.payload is None:
             return {**where, "error": read.error}
-        return {**where, "error": None, **view_record(read.payload, self.class_names)}
+        return {**where, "error": None, **view_record(read.payload, self.class_names, inline_limit)}
 
     def locate(self, file: int, offset: int) -> dict[str, Any]:
         """The record holding byte ``offset`` of a file (``pending`` until its index is ready)."""
@@ -154,6 +166,8 @@ class Catalog:
             return self._schema
 
     def _infer_schema(self) -> dict[str, Any]:
+        from ..codec.survey import survey_records  # numpy: not before the first page
+
         origins: list[tuple[str, int]] = []  # (file, record number in it), for the survey's messages
 
         def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage

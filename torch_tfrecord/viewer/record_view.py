@@ -7,6 +7,7 @@ Pure: a payload in, a dict out.
 
 from __future__ import annotations
 
+import base64
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -94,22 +95,35 @@ def _boxes(
     return boxes
 
 
-def view_record(payload: bytes, class_names: Mapping[int, str] | None = None) -> dict[str, Any]:
+def view_record(
+    payload: bytes, class_names: Mapping[int, str] | None = None, inline_limit: int = 0
+) -> dict[str, Any]:
     """What the page shows of one record.
 
     Args:
         payload: the serialized record.
         class_names: a label map's names of class ids, for boxes without image/object/class/text.
+        inline_limit: the record's image comes along as a ``data:`` URL when it is at most this
+            many bytes (one request fewer for the page); larger ones are fetched by key.
 
     Returns:
         ``{"kind": "example" | "sequence" | "raw", "features": [...], "feature_lists": [...],
-        "image": key or None, "boxes": [...], "mask": bool, "size": bytes}``; a record that is not
+        "image": key or None, "image_data": data URL or None, "boxes": [...], "mask": bool,
+        "instance_masks": how many image/object/mask PNGs, "size": bytes}``; a record that is not
         an Example shows its first bytes (``"raw"``).
     """
     features = describe_record(payload)
-    view: dict[str, Any] = {"size": len(payload), "features": [], "feature_lists": [], "boxes": []}
+    view: dict[str, Any] = {
+        "size": len(payload),
+        "features": [],
+        "feature_lists": [],
+        "boxes": [],
+        "image_data": None,
+        "mask": False,
+        "instance_masks": 0,
+    }
     if features is None:
-        return {**view, "kind": "raw", "image": None, "mask": False, "raw": json_value("bytes", payload[:64])}
+        return {**view, "kind": "raw", "image": None, "raw": json_value("bytes", payload[:64])}
     lists = describe_feature_lists(payload)
     view["kind"] = "sequence" if lists is not None else "example"
     view["features"] = [_feature(key, kind, values) for key, (kind, values) in features.items()]
@@ -124,11 +138,16 @@ def view_record(payload: bytes, class_names: Mapping[int, str] | None = None) ->
                 ],
             }
         )
-    view["image"] = image_key(features)
-    if view["image"] is not None:
+    shown = image_key(features)
+    view["image"] = shown
+    if shown is not None:
+        image = features[shown][1][0]
+        if len(image) <= inline_limit:
+            view["image_data"] = f"data:{image_type(image)};base64,{base64.b64encode(image).decode()}"
         view["boxes"] = _boxes(features, class_names or {})
         mask = features.get(SEGMENTATION_KEYS["class"], ("bytes", []))[1]
         view["mask"] = bool(mask) and image_type(mask[0]) is not None
-    else:
-        view["mask"] = False
+        instances = features.get(DETECTION_KEYS["masks"], ("bytes", []))[1]
+        if all(image_type(png) == "image/png" for png in instances):  # else shown as thumbnails only
+            view["instance_masks"] = len(instances)
     return view

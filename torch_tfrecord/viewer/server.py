@@ -1,6 +1,9 @@
 """The viewer's HTTP server: the standard library's ``ThreadingHTTPServer``, serving the page's
 bundled assets and a small JSON API over a :class:`~torch_tfrecord.viewer.catalog.Catalog`.
 
+The catalog may be made on a thread while the server already listens (``make_server`` given a
+function): the page's assets are served meanwhile, and its questions wait for the catalog.
+
 On 127.0.0.1 it answers only requests addressed to 127.0.0.1 or localhost (a web page elsewhere
 cannot reach it through DNS rebinding); on any other address every request must carry the token
 the server printed (``?token=``), compared in constant time.
@@ -13,12 +16,17 @@ import http.server
 import json
 import logging
 import secrets
+import threading
+import time
 import urllib.parse
+from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TFRecordError
-from .catalog import Catalog
+
+if TYPE_CHECKING:
+    from .catalog import Catalog
 
 __all__ = ["ViewerServer", "make_server"]
 
@@ -40,15 +48,107 @@ _SECURITY_HEADERS = {
 }
 
 
+# The background work that competes for the CPU (local index loads and builds, verification)
+# starts once the server has answered a first request and then had none in flight for this long
+# (the first page and its images are served), or this long after the first request at the
+# latest; a page that needs an index starts it at once.
+QUIET_SECONDS = 0.3
+LATEST_SECONDS = 3.0
+
+
 class ViewerServer(http.server.ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its catalog and its token (None: none needed)."""
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], catalog: Catalog, token: str | None) -> None:
+    def __init__(
+        self, address: tuple[str, int], catalog: Catalog | Callable[[], Catalog], token: str | None
+    ) -> None:
         super().__init__(address, _Handler)
-        self.catalog = catalog
         self.token = token
+        # read now: the page's assets are served while the catalog's imports hold the interpreter
+        static = resources.files(__package__).joinpath("static")
+        self.assets = {
+            path: (static.joinpath(name).read_bytes(), kind) for path, (name, kind) in _ASSETS.items()
+        }
+        self._catalog: Catalog | None = None
+        self._catalog_error: BaseException | None = None
+        self._catalog_ready = threading.Event()
+        if callable(catalog):
+            threading.Thread(target=self._make_catalog, args=(catalog,), name="catalog", daemon=True).start()
+        else:
+            self._catalog = catalog
+            self._catalog_ready.set()
+        self._activity = threading.Condition()
+        self._in_flight = 0
+        self._first: float | None = None  # when the first request came
+        self._last = 0.0  # when the last request was answered
+
+    def _make_catalog(self, make: Callable[[], Catalog]) -> None:
+        try:
+            self._catalog = make()
+        except BaseException as error:  # handed to the page's questions and to catalog_failure()
+            self._catalog_error = error
+            self.shutdown_request_loop()
+        finally:
+            self._catalog_ready.set()
+
+    def shutdown_request_loop(self) -> None:
+        """Ends :meth:`serve_forever` from another thread (without waiting for it)."""
+        threading.Thread(target=self.shutdown, name="shutdown", daemon=True).start()
+
+    @property
+    def catalog(self) -> Catalog:
+        """The catalog, once made (the error that stopped it from being made is raised)."""
+        self._catalog_ready.wait()
+        if self._catalog is None:
+            raise self._catalog_error or RuntimeError("no catalog")
+        return self._catalog
+
+    def catalog_failure(self) -> BaseException | None:
+        """The error that stopped the catalog from being made, if one did."""
+        return self._catalog_error
+
+    def close_catalog(self) -> None:
+        """Closes the catalog's files, if it was made."""
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def request_began(self) -> None:
+        with self._activity:
+            self._in_flight += 1
+            if self._first is None:
+                self._first = time.monotonic()
+                self._activity.notify_all()
+
+    def request_ended(self) -> None:
+        with self._activity:
+            self._in_flight -= 1
+            self._last = time.monotonic()
+            self._activity.notify_all()
+
+    def allow_work_when_quiet(self) -> threading.Thread:
+        """Lets the catalog's index loads, builds and verifications begin (:meth:`Catalog.allow_work`)
+        once the first page is served, watching from a daemon thread: the first page never shares
+        the CPU with an index build."""
+
+        def wait_then_start() -> None:
+            with self._activity:
+                while self._first is None:
+                    self._activity.wait()
+                while True:
+                    now = time.monotonic()
+                    quiet = self._in_flight == 0 and now - self._last >= QUIET_SECONDS
+                    if quiet or now - self._first >= LATEST_SECONDS:
+                        break
+                    self._activity.wait(QUIET_SECONDS / 3)
+            self._catalog_ready.wait()
+            if self._catalog is not None:
+                self._catalog.allow_work()
+
+        thread = threading.Thread(target=wait_then_start, name="allow background work", daemon=True)
+        thread.start()
+        return thread
 
     @property
     def url(self) -> str:
@@ -59,9 +159,15 @@ class ViewerServer(http.server.ThreadingHTTPServer):
         return f"http://{shown}:{port}/{query}"
 
 
-def make_server(catalog: Catalog, host: str = LOCALHOST, port: int = 0) -> ViewerServer:
+def make_server(
+    catalog: Catalog | Callable[[], Catalog], host: str = LOCALHOST, port: int = 0
+) -> ViewerServer:
     """A server for ``catalog`` on ``host`` and ``port`` (0: a free one); off 127.0.0.1 it needs a
-    fresh random token, in :attr:`ViewerServer.url`."""
+    fresh random token, in :attr:`ViewerServer.url`.
+
+    ``catalog`` may be a function that makes it, called on a daemon thread: the server listens
+    and serves the page's assets at once, its questions wait for the catalog; should making it
+    fail, :meth:`~ViewerServer.serve_forever` returns and ``catalog_failure()`` says why."""
     token = None if host == LOCALHOST else secrets.token_urlsafe(24)
     return ViewerServer((host, port), catalog, token)
 
@@ -117,6 +223,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return host in (LOCALHOST, "localhost")
 
     def do_GET(self) -> None:
+        self.server.request_began()
+        try:
+            self._answer()
+        finally:
+            self.server.request_ended()
+
+    def _answer(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if not self._allowed(query):
@@ -132,11 +245,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._json(422, {"error": f"{type(error).__name__}: {error}"})
 
     def _route(self, path: str, query: dict[str, list[str]]) -> None:
+        if path in self.server.assets:  # served before the catalog is made
+            self._send(200, *self.server.assets[path])
+            return
         catalog = self.server.catalog
-        if path in _ASSETS:
-            name, content_type = _ASSETS[path]
-            self._send(200, resources.files(__package__).joinpath("static", name).read_bytes(), content_type)
-        elif path == "/api/files":
+        if path == "/api/files":
             self._json(200, catalog.files())
         elif path == "/api/records":
             page = catalog.records(_int(query, "file", 0), _int(query, "start", 0), _int(query, "count", 20))
@@ -149,6 +262,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             self._send(200, body, content_type)
         elif path == "/api/mask":
             self._send(200, catalog.mask(_int(query, "file"), _int(query, "record")), "image/png")
+        elif path == "/api/index":
+            catalog.shard(_int(query, "file")).build()
+            self._json(200, catalog.files())
         elif path == "/api/verify":
             catalog.shard(_int(query, "file")).verify()
             self._json(200, catalog.files())

@@ -2,8 +2,11 @@
 progress) and its records read by number, a damaged record handed back as damaged, not raised.
 
 Until the index is ready the first pages are read from the start of the file, so the first page
-never waits for the index; a compressed file, or a remote one with no index beside it, is read
-that way throughout (a remote file's index would cost reading all of it).
+never waits for the index; a compressed file is read that way throughout (its byte offsets cannot
+be seeked to). A remote file with no index beside it is paged from its start too until the page
+asks for its index (:meth:`Shard.build`): building one walks the record headers through ranged
+requests, which for records smaller than a request's block means downloading the whole file, so
+it is never done unasked.
 """
 
 from __future__ import annotations
@@ -15,16 +18,16 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TFRecordError
-from ..records.entries import read_entries_at
-from ..records.index import build_index, default_index_path, load_index
 from ..records.io import exists, file_size, is_url, resolve_compression
 from ..records.reader import ReadStats, read_records
+from ..support.text import plural
+
+if TYPE_CHECKING:  # numpy and the index modules load with the index: the first page needs neither
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["RecordRead", "Shard"]
 
@@ -36,6 +39,8 @@ VERIFY_LIMIT = 256 << 20
 _RECENT_BYTES = 32 << 20
 # Records read from the start of a file while its index is not ready: pages past this wait.
 _SEQUENTIAL_LIMIT = 2000
+# How long a read of a remote file waits for the index beside it to load.
+_LOAD_WAIT = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +74,8 @@ class Shard:
         self.size = file_size(path, storage_options)
         self.compression = resolve_compression("auto", path, storage_options)
         self.table: npt.NDArray[np.int64] | None = None
-        self.state = "pending"  # pending, loading, building, ready, sequential, failed
+        # pending, loading, building, ready, sequential (compressed), unindexed (remote), failed
+        self.state = "pending"
         self.scanned = 0  # bytes walked by the index build
         self.problems: list[str] = []  # damage found, in the words `verify` uses
         self.verified: str | None = None  # None (not checked), verifying, ok, damaged
@@ -78,22 +84,56 @@ class Shard:
         self._recent_bytes = 0
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._work_allowed = threading.Event()
+        self._looked = threading.Event()  # set once the index beside the file is loaded, or known absent
 
-    def start(self) -> None:
-        """Loads the index beside the file, or builds one, on a daemon thread."""
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._index, name=f"index {self.path}", daemon=True)
-            self._thread.start()
+    def start(self, build: bool = True) -> None:
+        """Loads the index beside the file on a daemon thread, or builds one for a local file
+        without (and verifies a small one). A remote file's index is loaded at once (cheaper
+        than reading its first page from the start); a local file's work waits for
+        :meth:`allow_work` (called at once with ``build``): it competes for the CPU (numpy's
+        import included), so the viewer holds it back until its first page is served."""
+        if build:
+            self.allow_work()
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._index, name=f"index {self.path}", daemon=True)
+                self._thread.start()
+
+    def allow_work(self) -> None:
+        """Lets a local file's index be loaded or built, and the file verified."""
+        self._work_allowed.set()
+
+    def build(self) -> None:
+        """Builds the index of a remote file that has none beside it, on a daemon thread, through
+        ranged requests (the page asks for it: it may read the whole file)."""
+        with self._lock:
+            if self.state != "unindexed":
+                return
+            self.state = "building"
+        threading.Thread(target=self._build_and_verify, name=f"index {self.path}", daemon=True).start()
 
     def wait(self, timeout: float | None = None) -> None:
-        """Waits for the index (for tests and benchmarks)."""
+        """Waits for the index to be loaded or built (for tests and benchmarks)."""
         if self._thread is not None:
             self._thread.join(timeout)
 
     def _index(self) -> None:
+        if not self.remote:
+            self._work_allowed.wait()
+        try:
+            self._load()
+        finally:
+            self._looked.set()
+        if self.state == "pending":  # a local file with no index beside it
+            self._build_and_verify()
+
+    def _load(self) -> None:
         if self.compression is not None:
             self.state = "sequential"
             return
+        from ..records.index import default_index_path, load_index
+
         index_path = default_index_path(self.path)
         try:
             if exists(index_path, self.storage_options):
@@ -109,23 +149,38 @@ class Shard:
                     return
                 except TFRecordError as error:
                     self.problems.append(f"{type(error).__name__}: {error}")
-            if self.remote:
-                self.state = "sequential"
-                return
-            self.state = "building"
-            stats = ReadStats()
-            self.table = build_index(self.path, on_error="skip", stats=stats, progress=self._progress)
-            self.state = "ready"
-            if self.size > VERIFY_LIMIT:
-                self.problems.extend(stats.errors)  # what the header walk found; verify() reads all
-        except TFRecordError as error:
-            self.problems.append(f"{type(error).__name__}: {error}")
-            self.state = "sequential"
-        except OSError as error:
-            self.problems.append(f"{type(error).__name__}: {error}")
-            self.state = "failed"
-        if not self.remote and self.size <= VERIFY_LIMIT:
+        except (TFRecordError, OSError) as error:
+            self._failed(error)
+            return
+        self.state = "unindexed" if self.remote else "pending"
+
+    def _build_and_verify(self) -> None:
+        from ..records.index import build_index
+
+        self.state = "building"
+        stats = ReadStats()
+        try:
+            self.table = build_index(
+                self.path,
+                on_error="skip",
+                stats=stats,
+                storage_options=self.storage_options,
+                progress=self._progress,
+            )
+        except (TFRecordError, OSError) as error:
+            self._failed(error)
+            return
+        self.state = "ready"
+        if self.remote or self.size > VERIFY_LIMIT:
+            self.problems.extend(stats.errors)  # what the header walk found; verify() reads all
+        else:
             self._verify()
+
+    def _failed(self, error: Exception) -> None:
+        self.problems.append(f"{type(error).__name__}: {error}")
+        self.state = "sequential" if isinstance(error, TFRecordError) else "failed"
+        if not self.remote and self.size <= VERIFY_LIMIT:
+            self._verify()  # names the damage as `verify` does
 
     def verify(self) -> None:
         """Checks every record's CRCs on a daemon thread, as ``torch-tfrecord verify`` does."""
@@ -173,7 +228,29 @@ class Shard:
             "progress": 1.0 if self.state == "ready" else (self.scanned / self.size if self.size else 1.0),
             "problems": list(self.problems),
             "verified": self.verified,
+            "no_jump": self.no_jump(),
         }
+
+    def no_jump(self) -> str | None:
+        """Why the page cannot jump into this file (yet), or None when it can."""
+        if self.state == "unindexed":
+            return (
+                "no index beside this remote file, so pages are read from its start; jumping needs "
+                f"an index, and building one reads the file's record headers through ranged requests "
+                f"(up to all {plural(self.size, 'byte')} for small records)"
+            )
+        if self.state == "sequential" and self.compression is not None:
+            return (
+                f"a {self.compression.upper()}-compressed file has no byte offsets to jump to: "
+                "pages are read from its start"
+            )
+        if self.state == "sequential":
+            return "the index could not be built (see the damage listed): pages are read from the start"
+        if self.state == "failed":
+            return "the file could not be read"
+        if self.state != "ready":
+            return "jumps wait for the index, which is being loaded or built"
+        return None
 
     def record_count(self) -> int | None:
         """The records indexed, or None until the index is ready."""
@@ -182,14 +259,21 @@ class Shard:
     def read(self, first: int, count: int) -> list[RecordRead] | None:
         """Records ``first`` to ``first + count`` (fewer at the end); None when they cannot be
         read until the index is ready."""
+        if (
+            self.remote and self._thread is not None
+        ):  # its index first: cheaper than reading it from the start
+            self._looked.wait(_LOAD_WAIT)
         table = self.table
         if table is not None:
             return self._read_indexed(table, first, count)
         if self.state != "sequential" and first + count > _SEQUENTIAL_LIMIT:
+            self.allow_work()  # the page needs the index now
             return None
         return self._read_sequential(first, count)
 
     def _read_indexed(self, table: npt.NDArray[np.int64], first: int, count: int) -> list[RecordRead]:
+        import numpy as np
+
         numbers = np.arange(max(first, 0), min(first + count, len(table)), dtype=np.int64)
         if not len(numbers):
             return []
@@ -207,6 +291,10 @@ class Shard:
         return reads
 
     def _read_entries(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
+        import numpy as np
+
+        from ..records.entries import read_entries_at
+
         source = self._open()
         try:
             payloads: list[bytes | None] = list(
@@ -261,9 +349,11 @@ class Shard:
         """The number of the record holding byte ``offset`` (the last record before it when
         ``offset`` falls in a damaged gap), or None until the index is ready."""
         table = self.table
+        if table is None:
+            self.allow_work()  # the page needs the index now
         if table is None or not len(table):
             return None
-        found = int(np.searchsorted(table[:, 0], offset, side="right")) - 1
+        found = int(table[:, 0].searchsorted(offset, side="right")) - 1
         return max(0, min(len(table) - 1, found))
 
     def close(self) -> None:

@@ -55,7 +55,7 @@ async function route() {
   const [tab, ...rest] = (location.hash.slice(1) || "files").split("/");
   for (const a of document.querySelectorAll("nav a")) a.classList.toggle("active", a.dataset.tab === tab);
   try {
-    if (!files) files = await getJSON("/api/files");
+    if (tab !== "records" && !files) files = await getJSON("/api/files");
     if (tab === "records") await showRecords(+rest[0] || 0, +rest[1] || 0);
     else if (tab === "schema") await showSchema();
     else if (tab === "statistics") await showStatistics();
@@ -66,11 +66,14 @@ async function route() {
   }
 }
 
+const UNSETTLED = ["pending", "loading", "building"];
+
 function state(shard) {
   if (shard.state === "building" || shard.state === "loading") {
-    return el("span", {}, el("progress", {max: "1", value: String(shard.progress)}), ` indexing ${Math.round(shard.progress * 100)}%`);
+    return el("span", {class: "state"}, el("progress", {max: "1", value: String(shard.progress)}), ` indexing ${Math.round(shard.progress * 100)}%`);
   }
-  return el("span", {class: "badge", text: shard.state === "ready" ? "indexed" : shard.state});
+  const name = {ready: "indexed", pending: "index: not loaded yet", unindexed: "no index"}[shard.state] || shard.state;
+  return el("span", {class: "state badge", text: name});
 }
 
 async function showFiles() {
@@ -90,27 +93,56 @@ async function showFiles() {
   if (files.files.some((f) => ["building", "loading", "pending"].includes(f.state) || f.verified === "verifying")) later(route, 500);
 }
 
-async function drawImage(canvas, file, record) {
+async function loaded(src) {
   const image = new Image();
-  image.src = api("/api/blob", {file, record: record.number, key: record.image, item: 0});
+  image.src = src;
   await image.decode();
+  return image;
+}
+
+function rgb(hex) { return [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16)); }
+
+// Each object's pixels of its instance mask (image/object/mask item i, non-zero) tinted half-way to
+// its own colour, the colour of its box.
+async function drawInstances(ctx, file, record, w, h) {
+  const masks = await Promise.all(Array.from({length: record.instance_masks}, (_, i) =>
+    loaded(api("/api/blob", {file, record: record.number, key: "image/object/mask", item: i}))));
+  const scratch = document.createElement("canvas");
+  scratch.width = w; scratch.height = h;
+  const sctx = scratch.getContext("2d", {willReadFrequently: true});
+  const picture = ctx.getImageData(0, 0, w, h);
+  masks.forEach((mask, i) => {
+    if (mask.naturalWidth !== w || mask.naturalHeight !== h) throw new Error(`instance mask ${i} is ${mask.naturalWidth}x${mask.naturalHeight}, its image ${w}x${h}`);
+    sctx.clearRect(0, 0, w, h);
+    sctx.drawImage(mask, 0, 0);
+    const on = sctx.getImageData(0, 0, w, h).data;
+    const [r, g, b] = rgb(PALETTE[i % PALETTE.length]);
+    const px = picture.data;
+    for (let p = 0; p < px.length; p += 4) {
+      if (on[p + 3] && (on[p] || on[p + 1] || on[p + 2])) {
+        px[p] = (px[p] + r) >> 1; px[p + 1] = (px[p + 1] + g) >> 1; px[p + 2] = (px[p + 2] + b) >> 1;
+      }
+    }
+  });
+  ctx.putImageData(picture, 0, 0);
+}
+
+async function drawImage(canvas, file, record) {
+  const image = await loaded(record.image_data || api("/api/blob", {file, record: record.number, key: record.image, item: 0}));
   const w = image.naturalWidth, h = image.naturalHeight;
   canvas.width = w; canvas.height = h;
   const ctx = canvas.getContext("2d");
   ctx.drawImage(image, 0, 0);
-  if (record.mask) {
-    const mask = new Image();
-    mask.src = api("/api/mask", {file, record: record.number});
-    await mask.decode();
-    ctx.drawImage(mask, 0, 0);
-  }
+  if (record.mask) ctx.drawImage(await loaded(api("/api/mask", {file, record: record.number})), 0, 0);
+  if (record.instance_masks) await drawInstances(ctx, file, record, w, h);
   const line = Math.max(2, Math.round(Math.min(w, h) / 100));
   const font = Math.max(12, Math.round(h / 16));
   ctx.font = `${font}px sans-serif`;
-  for (const box of record.boxes) {
+  for (const [i, box] of record.boxes.entries()) {
     const x0 = Math.round(box.xmin * w), y0 = Math.round(box.ymin * h);
     const x1 = Math.round(box.xmax * w), y1 = Math.round(box.ymax * h);
-    const colour = PALETTE[(box.label ?? 0) % PALETTE.length];
+    // with instance masks a colour per object (its mask's), else a colour per class
+    const colour = PALETTE[(record.instance_masks ? i : (box.label ?? 0)) % PALETTE.length];
     ctx.strokeStyle = colour; ctx.lineWidth = line;
     // The line lies inside the box: pixels x0 .. x0 + line - 1 are the box's edge.
     ctx.strokeRect(x0 + line / 2, y0 + line / 2, x1 - x0 - line, y1 - y0 - line);
@@ -166,7 +198,9 @@ function recordCard(file, record, target) {
 }
 
 async function showRecords(file, start) {
-  const page = await getJSON("/api/records", {file, start, count: PAGE});
+  // the file list and the page at once: one round trip before the first records show
+  const [listed, page] = await Promise.all([files || getJSON("/api/files"), getJSON("/api/records", {file, start, count: PAGE})]);
+  files = listed;
   const shard = page.shard;
   const select = el("select", {id: "file", onchange: (e) => { location.hash = `records/${e.target.value}/0`; }},
     ...files.files.map((f, i) => el("option", {value: String(i), text: f.path})));
@@ -176,26 +210,52 @@ async function showRecords(file, start) {
   const status = el("span", {id: "status"});
   const jumpOffset = async () => {
     const found = await getJSON("/api/locate", {file, offset: offsetInput.value});
-    if (found.pending) status.textContent = "the index is not ready yet";
-    else location.hash = `records/${file}/${found.record}`;
+    if (!found.pending) { location.hash = `records/${file}/${found.record}`; return; }
+    const shard = (await getJSON("/api/files")).files[file];
+    status.textContent = shard.no_jump || "the index is not ready yet";
+    // the index is on its way (asking for it let it begin): jump once it is there
+    if (UNSETTLED.includes(shard.state)) setTimeout(() => { if (view.dataset.page === `${file}/${start}`) jumpOffset(); }, 300);
   };
-  const total = page.total;
-  const lastStart = total === null ? null : Math.max(0, total - PAGE);
+  let total = page.total;
+  const lastStart = () => (total === null ? null : Math.max(0, total - PAGE));
   const controls = el("div", {class: "controls"}, select,
     el("button", {id: "prev", onclick: () => { location.hash = `records/${file}/${Math.max(0, start - PAGE)}`; }, text: "◀ previous"}),
     el("button", {id: "next", onclick: () => { location.hash = `records/${file}/${start + PAGE}`; }, text: "next ▶"}),
-    el("button", {id: "last", onclick: () => { if (lastStart !== null) location.hash = `records/${file}/${lastStart}`; }, text: "last »"}),
+    el("button", {id: "last", onclick: () => { if (lastStart() !== null) location.hash = `records/${file}/${lastStart()}`; else status.textContent = files.files[file].no_jump; }, text: "last »"}),
     el("form", {onsubmit: (e) => { e.preventDefault(); location.hash = `records/${file}/${recordInput.value}`; }}, recordInput, el("button", {text: "go to record"})),
     el("form", {onsubmit: (e) => { e.preventDefault(); jumpOffset().catch((err) => { status.textContent = err.message; }); }}, offsetInput, el("button", {text: "go to byte"})),
     state(shard), status);
-  const count = total === null ? "" : ` of ${total.toLocaleString("en")}`;
-  const heading = el("h2", {id: "range", text: page.records.length
-    ? `records ${page.records[0].number}–${page.records[page.records.length - 1].number}${count}` : `no records here${count}`});
+  const note = el("p", {id: "no-jump", class: "more"});
+  const heading = el("h2", {id: "range"});
+  const settle = (shard) => { // what the file's index allows, kept up to date while it loads or builds
+    files.files[file] = shard;
+    total = shard.records;
+    const count = total === null ? "" : ` of ${total.toLocaleString("en")}`;
+    heading.textContent = page.records.length
+      ? `records ${page.records[0].number}–${page.records[page.records.length - 1].number}${count}` : `no records here${count}`;
+    controls.querySelector(".state").replaceWith(state(shard));
+    note.replaceChildren(shard.no_jump ? `Jumps: ${shard.no_jump}. ` : "");
+    if (shard.state === "unindexed") {
+      note.append(el("button", {id: "build-index", text: `build the index (reads up to ${bytes(shard.size)})`,
+        onclick: () => getJSON("/api/index", {file}).then((all) => { files = all; settle(all.files[file]); })}));
+    }
+    if (UNSETTLED.includes(shard.state)) {
+      later(async () => {
+        if (view.dataset.page !== `${file}/${start}`) return;
+        files = await getJSON("/api/files");
+        if (page.pending && files.files[file].state === "ready") showRecords(file, start);
+        else settle(files.files[file]);
+      }, 500);
+    }
+  };
   const list = el("div", {id: "records"}, ...page.records.map((r) => recordCard(file, r, r.number === start)));
-  if (page.pending) list.append(el("p", {id: "pending", text: "waiting for the index of this file…"}));
-  view.replaceChildren(controls, heading, list);
+  if (page.pending) {
+    list.append(el("p", {id: "pending", text: shard.state === "unindexed"
+      ? "this page is past the records read from the start: build the index to see it" : "waiting for the index of this file…"}));
+  }
+  view.replaceChildren(controls, note, heading, list);
   view.dataset.page = `${file}/${start}`;
-  if (page.pending || shard.state === "building" || shard.state === "loading") later(() => showRecords(file, start), 400);
+  settle(shard);
 }
 
 async function showSchema() {

@@ -1,0 +1,79 @@
+"""Region-of-interest JPEG decoding of a whole batch in one native call (the optional ``_jpeg`` extension).
+
+Each JPEG's kept region is decoded alone: the iMCU rows and columns that cover it
+(libjpeg-turbo's ``jpeg_crop_scanline`` and ``jpeg_skip_scanlines``), at the smallest DCT scale
+that keeps at least the output's pixels across it, on native threads with the GIL released. The
+pixels are those of a whole decode at that scale (simplejpeg's, value for value; or, asked,
+TensorFlow's ``decode_and_crop_jpeg``'s), cut as
+:func:`torch_tfrecord.codec.image_batch.resize` cuts them: one pixel of margin each side keeps
+chroma upsampling the same at the region's edges, and the rows below the region are still
+entropy-decoded, so damage anywhere in the file fails as a whole decode does. setup.py builds
+the extension where libjpeg's header is found; without it :func:`available` is False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+
+import torch
+
+__all__ = ["Region", "available", "decode_regions", "read_sizes"]
+
+compiled: ModuleType | None
+try:
+    from . import _jpeg as compiled  # type: ignore[attr-defined, no-redef]
+except ImportError:  # built without libjpeg's header
+    compiled = None
+
+# top, left, height, width of the kept region in the image's pixels, then the pixels wanted
+# across the whole image (the DCT scale is the smallest that keeps at least these).
+Region = tuple[int, int, int, int, int, int]
+
+
+def available() -> bool:
+    """Whether the extension is built (tests and benchmarks switch it off by setting ``compiled``)."""
+    return compiled is not None
+
+
+def read_sizes(encoded: Sequence[bytes | memoryview]) -> list[tuple[int, int] | ValueError]:
+    """Each JPEG's ``(height, width)`` from its header, or the error libjpeg gave for it."""
+    assert compiled is not None
+    return [size if isinstance(size, tuple) else ValueError(size) for size in compiled.read_sizes(encoded)]
+
+
+def decode_regions(
+    encoded: Sequence[bytes | memoryview],
+    regions: Sequence[Region],
+    grey: bool,
+    fast_dct: bool,
+    threads: int,
+    tf_crop: bool = False,
+) -> list[torch.Tensor | ValueError | None]:
+    """The regions of a batch of JPEGs, decoded on ``threads`` native threads.
+
+    Args:
+        encoded: the JPEGs.
+        regions: one :data:`Region` per JPEG.
+        grey: decode the luma plane (one channel) instead of RGB.
+        fast_dct: libjpeg's fast integer inverse DCT (TensorFlow's default) instead of the accurate one.
+        threads: native threads to decode on.
+        tf_crop: decode each box as TensorFlow's ``decode_and_crop_jpeg`` does (the pixels of
+            :func:`~torch_tfrecord.codec.tf_jpeg.decode_jpeg_crop_fast`: the crop's left and right
+            edges upsampled as the image's), not as a whole decode.
+
+    Returns:
+        Per JPEG: its region as a uint8 ``[C, H, W]`` tensor (a channels-last view), the error
+        libjpeg gave for it (corrupt data, warnings included), or None for a CMYK / YCCK JPEG,
+        which this path does not convert.
+    """
+    assert compiled is not None
+    out: list[torch.Tensor | ValueError | None] = []
+    for result in compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads):
+        if result is None or isinstance(result, str):
+            out.append(None if result is None else ValueError(result))
+            continue
+        pixels, height, width, channels = result
+        array = torch.frombuffer(pixels, dtype=torch.uint8)  # the decoder's own buffer: no copy
+        out.append(array.view(height, width, channels).permute(2, 0, 1))
+    return out

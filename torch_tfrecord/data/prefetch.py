@@ -1,0 +1,185 @@
+"""Loading ahead of the training loop in the main process: a thread runs an iterator, a queue bounds it.
+
+With ``num_workers=0`` the loop and the loading take turns in one thread. The heavy steps of
+loading (reading, the native decode, image decoding and resizing) run in compiled code with the
+GIL released, so a background thread that drives them overlaps them with the loop's own work
+(a training step is torch work, which releases the GIL too). :class:`Prefetcher` runs an
+iterator in such a thread, at most ``depth`` items ahead of the consumer:
+
+- bounded: at most ``depth`` items wait in the queue, one more is being made;
+- exact: items arrive in the iterator's order, each once; what the consumer has *received* is
+  all it can see (the caller counts progress on its side of the queue);
+- errors: an exception raised by the iterator is raised to the consumer, the same object (its
+  type, message and traceback), at the place in the order where it happened;
+- shutdown: :meth:`close` (also on garbage collection of an abandoned iterator, and at the end)
+  stops the thread and joins it, so no thread outlives the loop;
+- fork: a process forked while a prefetch runs (a DataLoader starting its workers) is forked
+  between two items, never while the thread is inside the iterator (holding a lock of the files
+  it reads, or half-way through updating a decoder's state): ``os.fork`` waits for the item in
+  progress. The child has no thread and never touches this one's queue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Generic, TypeVar
+
+__all__ = ["Prefetcher"]
+
+T = TypeVar("T")
+
+_END = object()  # the iterator is exhausted
+# The "inside the iterator" lock of every running prefetch thread, taken around each fork.
+_RUNNING: weakref.WeakSet[_Busy] = weakref.WeakSet()
+
+
+class _Busy:
+    """Held by a prefetch thread while it is inside its iterator (weakly referenceable)."""
+
+    __slots__ = ("__weakref__", "lock", "owner")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.owner = 0  # the thread's ident
+
+
+_held: list[_Busy] = []  # the locks the fork in progress took
+
+
+def _before_fork() -> None:
+    me = threading.get_ident()
+    for busy in list(_RUNNING):
+        if busy.owner != me:  # (an iterator that forks would otherwise wait for itself)
+            busy.lock.acquire()  # waits for the item in progress
+            _held.append(busy)
+
+
+def _after_fork() -> None:
+    while _held:
+        _held.pop().lock.release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+class _Raised:
+    """An exception the iterator raised, carried through the queue."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+class Prefetcher(Generic[T]):
+    """Iterates ``items`` in a background thread, at most ``depth`` items ahead of the consumer.
+
+    The thread starts at the first ``next()``. Use it as an iterator; :meth:`close` it (or let it
+    be collected) to stop early.
+
+    Args:
+        items: what to load ahead; it is advanced only by the background thread.
+        depth: how many items may wait for the consumer (at least 1).
+        name: the thread's name.
+
+    Example:
+        >>> with Prefetcher(iter(range(5)), depth=2) as ahead:
+        ...     list(ahead)
+        [0, 1, 2, 3, 4]
+    """
+
+    def __init__(self, items: Iterator[T], depth: int, name: str = "torch_tfrecord-prefetch") -> None:
+        if depth < 1:
+            raise ValueError(f"{depth=} must be at least 1")
+        self._items: Iterator[T] | None = items
+        self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._busy = _Busy()
+        self._thread: threading.Thread | None = None
+        self._name = name
+        self._done = False
+
+    def __iter__(self) -> Prefetcher[T]:
+        return self
+
+    def __enter__(self) -> Prefetcher[T]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        if self._thread is None:
+            # The thread holds the queue, the flag and the items, not this object: an abandoned
+            # Prefetcher is collected (and its thread stopped) like any other object.
+            self._thread = threading.Thread(
+                target=_run,
+                args=(self._items, self._queue, self._stop, self._busy),
+                name=self._name,
+                daemon=True,
+            )
+            _RUNNING.add(self._busy)
+            self._thread.start()
+        item = self._queue.get()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Raised):
+            self.close()
+            raise item.error
+        return item  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stops the thread (after the item it is making, if any) and joins it; idempotent."""
+        self._done = True
+        thread, self._thread = self._thread, None
+        if thread is None:
+            self._items = None
+            return
+        self._stop.set()
+        # Emptied after the flag is set: the thread's pending put goes through, then it sees the flag.
+        while thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)
+            except queue.Empty:
+                pass
+            if thread is not threading.current_thread():
+                thread.join(timeout=0.05)
+            else:  # collected inside the thread itself: it ends by itself at its next put
+                break
+        self._items = None
+        while not self._queue.empty():  # let go of loaded items at once
+            self._queue.get_nowait()
+
+    def __del__(self) -> None:
+        if hasattr(self, "_busy"):  # not when __init__ refused its arguments
+            self.close()
+
+
+def _run(
+    items: Iterator[object] | None, out: queue.Queue[object], stop: threading.Event, busy: _Busy
+) -> None:
+    assert items is not None
+    busy.owner = threading.get_ident()
+    try:
+        while True:
+            with busy.lock:
+                item = next(items, _END)
+            out.put(item)  # blocks while ``depth`` items wait: the bound
+            if item is _END or stop.is_set():
+                return
+    except BaseException as error:  # handed to the consumer, which raises it
+        out.put(_Raised(error))
+    finally:
+        _RUNNING.discard(busy)
+        close = getattr(items, "close", None)
+        if close is not None:
+            with busy.lock:
+                close()  # a generator's own cleanup runs in the thread that ran it
