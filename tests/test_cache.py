@@ -36,8 +36,9 @@ import torch_tfrecord as tt
 from torch_tfrecord.data.cache_plan import shard_uses
 from torch_tfrecord.data.order import EpochPlan, WorkerSlice
 from torch_tfrecord.records import remote
-from torch_tfrecord.records.remote.cache import ShardCache, cache_key, choose_victims, next_use, parse_size
+from torch_tfrecord.records.remote.cache import ShardCache, cache_key, parse_size
 from torch_tfrecord.records.remote.cached import download, file_version
+from torch_tfrecord.records.remote.eviction import choose_victims, next_use
 
 pytest.importorskip("s3fs")
 pytest.importorskip("filelock")

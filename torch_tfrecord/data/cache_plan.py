@@ -4,7 +4,7 @@ A time is ``epoch + place / units``, the place of a unit (batch or sample) in it
 sequence for the epoch: every rank has as many units, and a rank's workers take turns through
 them, so the readers of a node share one clock. Each shard's use in an epoch is the span from
 the first to the last unit that reads it. The cache fetches the shards needed next ahead of
-the reading position and evicts those needed latest (:mod:`torch_tfrecord.records.remote.cache`).
+the reading position and evicts those needed latest (:mod:`torch_tfrecord.records.remote.eviction`).
 """
 
 from __future__ import annotations

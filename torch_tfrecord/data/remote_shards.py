@@ -17,8 +17,9 @@ from typing import Any, Literal, TypeVar
 
 from ..records.io import StorageOptions, is_url
 from ..records.remote import RemoteFile, RequestCounter, file_info, for_each_path
-from ..records.remote.cache import FETCH_AHEAD, Schedule, ShardCache, cache_key
+from ..records.remote.cache import ShardCache, cache_key
 from ..records.remote.cached import CachedFile, file_version
+from ..records.remote.eviction import FETCH_AHEAD, Schedule
 
 __all__ = ["CacheDir", "RemoteShards", "make_cache"]
 

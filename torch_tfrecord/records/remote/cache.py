@@ -11,7 +11,7 @@ Layout of a cache directory (every name derived from the object's URL, ``KEY``):
   around every reservation and eviction. The kernel lets go of a dead process's locks, so a
   crash leaves no lock that blocks anyone; its ``.part`` and reservation are removed by the next
   process that opens the cache or reserves;
-- ``hints/PID.json``: when each process will need which shards (see :func:`next_use`), so that
+- ``hints/PID.json``: when each process will need which shards (see :func:`.eviction.next_use`), so that
   eviction keeps what the node's readers need soonest.
 
 filelock (the ``remote`` extra) does the locking.
@@ -28,21 +28,18 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from ...support.extras import install_hint
+from .eviction import FETCH_AHEAD, Schedule, choose_victims, next_use
 
-__all__ = ["FETCH_AHEAD", "CacheEntry", "ShardCache", "choose_victims", "next_use", "parse_size"]
+__all__ = ["CacheEntry", "ShardCache", "parse_size"]
 
-Schedule = Mapping[str, Sequence[tuple[float, float]]]
-"""Per cache key, the times ``(first, last)`` of each use; a time is ``epoch + fraction of it``."""
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
-# Readers fetch the shards they need within this much of an epoch ahead of their place.
-FETCH_AHEAD = 0.05
 # With no limit, the cache leaves this much of its disk free (and 5% of it at least).
 _FREE_MARGIN = 1 << 30
 
@@ -72,55 +69,6 @@ def cache_key(url: str) -> str:
     digest = hashlib.sha256(url.encode()).hexdigest()[:16]
     name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rpartition("/")[2])[-80:]
     return f"{digest}-{name}"
-
-
-def next_use(
-    key: str, schedules: Sequence[Schedule], now: float, *, after_current: bool = False, ahead: float = 0.0
-) -> float:
-    """When ``key`` is needed next after ``now`` by any of the ``schedules``: ``now`` while a use
-    is under way, infinity when none will.
-
-    The readers' uses are taken together as visits: uses that overlap or follow each other
-    within ``ahead`` are one. ``after_current``: the start of the visit after the one under way,
-    or about to start (within ``ahead``): what caching a shard fetched for that visit gains
-    (the visit reads its bytes either way).
-    """
-    visits: list[list[float]] = []
-    for first, last in sorted(span for schedule in schedules for span in schedule.get(key, ())):
-        if visits and first <= visits[-1][1] + ahead:
-            visits[-1][1] = max(visits[-1][1], last)
-        else:
-            visits.append([first, last])
-    upcoming = [visit for visit in visits if visit[1] >= now]
-    if not upcoming:
-        return math.inf
-    if after_current and upcoming[0][0] <= now + ahead:
-        return upcoming[1][0] if len(upcoming) > 1 else math.inf
-    return max(upcoming[0][0], now)
-
-
-def choose_victims(
-    candidates: Sequence[tuple[str, int, float, float]], needed: int, incoming_use: float
-) -> list[str] | None:
-    """The entries to evict to free ``needed`` bytes, or None when it is better not to cache.
-
-    ``candidates`` are ``(key, size, next use, last access)``. Those needed latest go first
-    (never used again before those needed sooner; least recently used among equals), and only
-    those needed later than the incoming shard, which is needed at ``incoming_use``: a shard
-    read once never pushes out one that will be read sooner (scan resistance; Belady's rule
-    with the option not to cache).
-    """
-    if needed <= 0:
-        return []
-    freed, victims = 0, []
-    for key, size, use, _ in sorted(candidates, key=lambda c: (-c[2], c[3])):
-        if not use > incoming_use:
-            break
-        victims.append(key)
-        freed += size
-        if freed >= needed:
-            return victims
-    return None
 
 
 @dataclass(frozen=True)
