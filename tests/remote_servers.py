@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import http.server
+import json
 import os
 import socket
 import subprocess
@@ -116,6 +117,10 @@ class FaultProxy:
     closing the connection without an answer; ``fail_every=0`` forwards everything.
     ``deny=True`` answers every GET with 403 AccessDenied. ``latency`` seconds are added to every
     request (object stores answer in tens of milliseconds; a local server in well under one).
+    ``get_bytes`` counts the body bytes of the GETs the server answered (``get_bytes_by_path``
+    by URL path, query left out; JSON metadata and listings left out): what a reader fetched.
+    ``GET /__counts__`` is answered by the proxy itself with those counts as JSON (for readers in
+    other processes).
     """
 
     def __init__(
@@ -128,6 +133,8 @@ class FaultProxy:
         self.requests: dict[str, int] = {}
         self.ranged_gets = 0
         self.faults = 0
+        self.get_bytes = 0
+        self.get_bytes_by_path: dict[str, int] = {}
         self._gets = 0
         self._lock = threading.Lock()
         proxy = self
@@ -139,6 +146,15 @@ class FaultProxy:
                 pass
 
             def _forward(self) -> None:
+                if self.path == "/__counts__":
+                    with proxy._lock:
+                        counts = {"get_bytes": proxy.get_bytes, "by_path": dict(proxy.get_bytes_by_path)}
+                    payload = json.dumps(counts).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 with proxy._lock:
@@ -183,6 +199,12 @@ class FaultProxy:
                         head or key.lower() != "content-length"
                     ):
                         self.send_header(key, value)
+                metadata = "json" in (answer.getheader("Content-Type") or "")  # (GCS: info, listings)
+                if self.command == "GET" and 200 <= answer.status < 300 and not metadata:
+                    with proxy._lock:
+                        proxy.get_bytes += len(data)
+                        key = self.path.partition("?")[0]
+                        proxy.get_bytes_by_path[key] = proxy.get_bytes_by_path.get(key, 0) + len(data)
                 if not head:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -209,4 +231,6 @@ class FaultProxy:
             self.requests.clear()
             self.ranged_gets = 0
             self.faults = 0
+            self.get_bytes = 0
+            self.get_bytes_by_path.clear()
             self._gets = 0

@@ -277,7 +277,7 @@ def test_seek_points_reach_a_record_without_inflating_from_the_start(
         )
         ids = [i for batch in ds for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(3000))
-        inflated = sum(s.segments_inflated for s in ds.files._inflaters.values())
+        inflated = sum(s.segments_inflated for s in ds.files._inflaters.open.values())
         assert inflated == -(-index.uncompressed_size // SEGMENT), shuffle
     # Random access (IndexedTFRecordDataset, "global"): correct, through the seek points.
     indexed = tt.IndexedTFRecordDataset(
@@ -429,7 +429,7 @@ def test_without_rapidgzip_checkpoints_reach_a_record_without_inflating_from_the
         ds = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=100, shuffle=shuffle, drop_last=False)
         ids = [i for batch in ds for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(3000))
-        inflated = sum(s._file.inflated for s in ds.files._inflaters.values() if s._file is not None)
+        inflated = sum(s._file.inflated for s in ds.files._inflaters.open.values() if s._file is not None)
         if shuffle in (False, "shards"):
             assert inflated == len(stream)  # in order: once, front to back
     indexed = tt.IndexedTFRecordDataset(path, spec=ID_SPEC)

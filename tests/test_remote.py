@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -449,8 +450,10 @@ def test_s3_faults_are_retried_logged_and_the_data_is_right(
         options = s3_options(
             proxy.url, config_kwargs={"retries": {"total_max_attempts": 1}}, skip_instance_cache=True
         )
+        # Ranged reads (no cache): their retries are what is counted here; test_cache.py
+        # has the cache's downloads through the same faults.
         ds = tt.TFRecordDataset(
-            "s3://bucket/data/", spec=SPEC, seed=2, batch_size=50, storage_options=options
+            "s3://bucket/data/", spec=SPEC, seed=2, batch_size=50, storage_options=options, cache_dir=False
         )
         assert _epoch(ds, workers=0) == local
         retries = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retry ")]
@@ -571,9 +574,9 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     request is counted, those made through a file let go while another thread still reads it too."""
     import fsspec.implementations.memory as memory
 
-    from torch_tfrecord.data import shards
+    from torch_tfrecord.data import remote_shards, shards
 
-    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 3)
+    monkeypatch.setattr(remote_shards, "_MAX_OPEN", 3)
     paths = []
     for i in range(5):
         with tt.RecordWriter(f"memory://bounded/{i}.tfrecord") as writer:
@@ -588,15 +591,44 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
         return cat_file(self, path, *args, **kwargs)
 
     monkeypatch.setattr(memory.MemoryFileSystem, "cat_file", counted)
-    files = shards.RecordFiles.from_sources(paths)
+    files = shards.RecordFiles.from_sources(paths, cache_dir=False)
     for i in range(5):  # one shard at a time: the order they are let go in is known
         assert files.read([i]) == [bytes([i]) * 10]
-    assert list(files._remote) == [2, 3, 4]
+    assert list(files.remote._open) == [2, 3, 4]
     assert files.remote_requests == len(served) == 5  # those of the files let go are still counted
     # Shards read from several threads while each opening lets another go: none is lost.
-    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 1)
-    crowded = shards.RecordFiles.from_sources(paths)
+    monkeypatch.setattr(remote_shards, "_MAX_OPEN", 1)
+    crowded = shards.RecordFiles.from_sources(paths, cache_dir=False)
     served.clear()
     for _ in range(3):
         assert crowded.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
-    assert len(crowded._remote) == 1 and crowded.remote_requests == len(served) >= 5
+    assert len(crowded.remote._open) == 1 and crowded.remote_requests == len(served) >= 5
+
+
+def test_the_parent_still_reads_after_dataloader_workers_forked_from_it(
+    s3: tuple[str, dict[str, Any]], local_shards: str
+) -> None:
+    """A forked DataLoader worker drops the fsspec file systems it inherited on its first
+    remote call; their finalizers closed the inherited connections there, which unregistered
+    the parent's sockets from the epoll instance the two processes share: the parent's next
+    request over that connection then waited for aiohttp's 300 s timeout."""
+    pytest.importorskip("aiohttp")
+    endpoint, options = s3
+    fs = remote.filesystem("s3://bucket", options)[0]
+    names = sorted(p.rpartition("/")[2] for p in fs.ls("bucket/data") if p.endswith(".tfrecord"))
+    for name in names:
+        for key in (f"bucket/data/{name}", f"bucket/data/{name}.idx"):
+            fs.chmod(key, acl="public-read")
+    expected = sorted(_epoch(tt.TFRecordDataset(local_shards, spec=SPEC, batch_size=50)))
+    with FaultProxy(endpoint) as proxy:
+        urls = [f"{proxy.url}/bucket/data/{name}" for name in names]
+        for _ in range(3):
+            made: list[tt.TFRecordDataset] = []
+            maker = threading.Thread(
+                target=lambda made=made: made.append(tt.TFRecordDataset(urls, spec=SPEC, batch_size=50)),
+                daemon=True,
+            )
+            maker.start()
+            maker.join(timeout=60)
+            assert made, "making a dataset in the parent hung after its workers had run"
+            assert sorted(_epoch(made[0])) == expected

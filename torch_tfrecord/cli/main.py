@@ -8,6 +8,7 @@ torch-tfrecord verify data/
 torch-tfrecord preview data/train-00000-of-00008.tfrecord --out grid.png
 torch-tfrecord view data/ (a local web page)
 torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1
+torch-tfrecord cache du /scratch/tfrecord-cache
 
 Errors are one line (``torch-tfrecord: error: ...``); ``--debug`` shows the traceback.
 """
@@ -19,6 +20,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from .cache import add_cache_command
 from .convert import add_convert_command, is_conversion_error
 from .inspect import add_inspect_commands
 from .options import add_debug_option
@@ -37,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     inspecting = add_inspect_commands(commands)
     converting = add_convert_command(commands)
-    add_debug_option(parser, *inspecting, *converting, *add_view_command(commands))
+    caching = add_cache_command(commands)
+    add_debug_option(parser, *inspecting, *converting, *caching, *add_view_command(commands))
     return parser
 
 

@@ -19,6 +19,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
+from .cache_plan import ReadSchedule
 from .epochs import EpochCounter
 from .frameworks import DISPATCHED_STATE, DispatchFlag, calling_wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
@@ -27,6 +28,7 @@ from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
 from .packing import pack_tensors
 from .pipeline import PADDING_KEY, SeededTransform, decoder_for, transformed
 from .prefetch import Prefetcher
+from .remote_shards import CacheDir
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from .shard_index import IndexArg
 from .shards import RecordFiles, record_files
@@ -96,9 +98,13 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         on_error: "raise", or "skip": a damaged record is logged and replaced by another record
             of its batch, marked ``_padding``, so counts stay equal.
         verify_crc: check every record's CRCs.
-        storage_options: for the fsspec file system of URLs (credentials, endpoint ...). Over
-            remote storage, ``shuffle="shards"`` reads each shard front to back with read-ahead
-            (few large requests); ``"global"`` makes about one request per record.
+        storage_options: for the fsspec file system of URLs (credentials, endpoint ...).
+        cache_dir: where remote shards are cached, each fetched whole once per node and then
+            read as a local file (any shuffle then fetches about the data's size per epoch):
+            None, a temporary directory removed at exit; a directory, shared by every process
+            that names it (ranks, workers, other jobs) and kept; False, no cache (ranged reads).
+        cache_limit: the most bytes the cache holds (``"50GB"`` or an int); None: the disk's
+            free space less a margin. See the remote storage guide.
         prefetch: iterated in the main process (``num_workers=0``), how many batches (sample
             mode: reads of one loader batch, or of about 64 records) a background thread reads
             and decodes ahead of the loop, while it trains (reading, decoding and image decoding
@@ -133,12 +139,14 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
         on_error: OnError = "raise",
         verify_crc: bool = True,
         storage_options: StorageOptions = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
         prefetch: int = DEFAULT_PREFETCH,
     ) -> None:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"{prefetch=} must be an int >= 0")
         self.prefetch = prefetch
-        self.files = record_files(sources, index, storage_options, on_error)
+        self.files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
         found_rank, found_size = resolve_world(rank, world_size)
         self.plan = EpochPlan(
             self.files.shard_sizes,
@@ -280,6 +288,7 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
     ) -> Generator[list[dict[str, Any]], None, None]:
         """The rank's share of the epoch from ``progress`` on, read and decoded, not transformed:
         one list per read, of one batch (batch mode) or of samples."""
+        schedule = ReadSchedule(self.files, plan, epoch, workers, progress, skip)  # for the cache
         remaining = progress.remaining(plan.units_per_rank)
         size, seed = plan.batch_size, plan.seed
         # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
@@ -288,9 +297,12 @@ class TFRecordDataset(IterableDataset[dict[str, Any]]):
             if size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
                 for at in range(0, len(ids), size):
+                    schedule.reached(block[at // size])
                     yield [self._decoder.batch(ids[at : at + size], padding[at : at + size], seed, epoch)]
             else:
+                schedule.reached(block[0])
                 yield self._decoder.samples(*plan.records(units, epoch), seed, epoch)
+        schedule.finished()
 
     def _serve_world(self, epoch: int) -> Iterator[dict[str, Any]]:
         """Under Accelerate's DataLoaderDispatcher: on rank 0, every rank's units in the order in

@@ -12,6 +12,7 @@ from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..support.seeds import mix_seed
 from .pipeline import SeededTransform, decoder_for
+from .remote_shards import CacheDir
 from .shard_index import IndexArg
 from .shards import RecordFiles, record_files
 from .workers import end_with_parent
@@ -30,8 +31,8 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
     SequentialSampler), slow for random ones (each may inflate up to a seek point's spacing).
 
     Args:
-        sources, spec, context_spec, sequence_spec, index, verify_crc, storage_options: as for
-            :class:`TFRecordDataset`.
+        sources, spec, context_spec, sequence_spec, index, verify_crc, storage_options, cache_dir,
+            cache_limit: as for :class:`TFRecordDataset`.
         transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
         seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
 
@@ -53,8 +54,10 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
         seed: int = 0,
         verify_crc: bool = True,
         storage_options: StorageOptions = None,
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
     ) -> None:
-        self.files = record_files(sources, index, storage_options)
+        self.files = record_files(sources, index, storage_options, "raise", cache_dir, cache_limit)
         self.seed = seed
         self._decoder = decoder_for(self.files, spec, context_spec, sequence_spec, verify_crc, "raise")
         self._transform = None if transform is None else SeededTransform(transform)

@@ -10,14 +10,19 @@ from __future__ import annotations
 import mmap
 import os
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from ..records.io import open_binary
 
 __all__ = ["LocalFiles", "grown"]
+
+# Local records of a batch at most this far apart in a file are read with one pread, the bytes
+# between them included: a syscall costs about as much as copying this many bytes (bench_dataset).
+_COALESCE_GAP = 4096
 
 
 def grown(buffer: bytearray, size: int) -> bytearray:
@@ -78,6 +83,49 @@ class LocalFiles:
                 mapping.close()
             except BufferError:  # another thread's read holds it: unmapped when it lets go
                 pass
+
+    def gather(
+        self,
+        gather: Callable[..., tuple[int, int]],
+        ids: npt.NDArray[np.int64],
+        record_starts: npt.NDArray[np.int64],
+        tables: Sequence[npt.NDArray[np.int64]],
+        file_sizes: npt.NDArray[np.int64],
+        scratch: bytearray | None,
+        open_shard: Callable[[int], bool],
+        locate: Callable[[npt.NDArray[np.int64]], Any],
+        gap: int = _COALESCE_GAP,
+    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | Literal[False] | None:
+        """The framed records ``ids`` of these files in one native call (``gather``); False when
+        the batch's shards do not all stay open at once, or one is no longer local
+        (``open_shard`` opens one: False then), so that the loop per shard reads it."""
+        buffer = bytearray() if scratch is None else scratch
+        starts = np.empty(len(ids), dtype=np.int64)
+        sizes = np.empty(len(ids), dtype=np.int64)
+        for _ in range(self.max_open + 1):
+            status, value = gather(
+                ids, record_starts, tables, self.fds, file_sizes, self.maps, buffer, starts, sizes, gap
+            )
+            if status == 0:
+                return buffer, starts, sizes
+            if status == 1:  # opening it may close the least recently used one
+                if not open_shard(value):
+                    return False
+            elif status == 2:
+                buffer = grown(buffer, value)
+            elif status == 4:
+                locate(ids)  # raises the IndexError
+            else:
+                return None
+        return False
+
+    def forget(self, shard: int) -> None:
+        """Closes (and unmaps) shard ``shard`` if it is open here (its path may change)."""
+        fd = self._open.pop(shard, None)
+        if fd is not None:
+            self.fds[shard] = -1
+            self._unmap(shard)
+            os.close(fd)
 
     def close(self) -> None:
         """Closes (and unmaps) every file open here; they reopen on the next read."""

@@ -17,12 +17,23 @@ from ..records.compressed.index import (
     check_compressed_index,
     decode_compressed_index,
     default_compressed_index_path,
+    encode_compressed_index,
     is_compressed_index,
 )
 from ..records.compressed.inflate import build_compressed_index
-from ..records.index import build_index, check_index, decode_index, default_index_path, read_index_bytes
-from ..records.io import StorageOptions, exists, join, resolve_compression
+from ..records.index import (
+    build_index,
+    check_index,
+    decode_index,
+    default_index_path,
+    encode_index,
+    read_index_bytes,
+)
+from ..records.io import StorageOptions, exists, is_url, join, resolve_compression
 from ..records.reader import OnError
+from ..records.remote import file_info
+from ..records.remote.cache import ShardCache
+from ..records.remote.cached import CachedFile, file_version, read_through
 
 __all__ = ["IndexArg", "ShardIndex", "load_shard_index", "resolve_index"]
 
@@ -51,7 +62,11 @@ def _pattern_path(pattern: str, path: str) -> str:
 
 
 def resolve_index(
-    path: str, index: IndexArg = None, storage_options: StorageOptions = None, on_error: OnError = "raise"
+    path: str,
+    index: IndexArg = None,
+    storage_options: StorageOptions = None,
+    on_error: OnError = "raise",
+    cache: ShardCache | None = None,
 ) -> ShardIndex:
     """The index of one data file, checked against the file: a plain file's ``(offset,
     framed_size)`` table, or a GZIP / ZLIB file's :class:`CompressedIndex`.
@@ -65,6 +80,9 @@ def resolve_index(
             (the damaged regions logged; a compressed file keeps its records before the
             damage), and an index that leaves damaged regions out (built with
             ``on_error="skip"``) is accepted.
+        cache: the node's cache of remote files: a remote index file is read through it, and
+            a remote file without one is scanned from its cached copy, the scanned index kept
+            there too (a later run neither downloads nor scans it again).
 
     Raises:
         StaleIndexError: the index does not describe the file (never silently rebuilt).
@@ -72,10 +90,14 @@ def resolve_index(
     """
     options = storage_options
     gaps = on_error == "skip"
+    if cache is not None and not is_url(path):
+        cache = None
     if index is None:
         for index_path in (default_compressed_index_path(path), default_index_path(path)):
             if exists(index_path, options):
-                return load_shard_index(index_path, path, options, allow_damaged_gaps=gaps)
+                return load_shard_index(index_path, path, options, allow_damaged_gaps=gaps, cache=cache)
+        if cache is not None:
+            return scan_cached(path, options, on_error, cache)
         compression = resolve_compression("auto", path, options)
         if compression is not None:
             found: ShardIndex = build_compressed_index(path, on_error=on_error, storage_options=options)
@@ -89,37 +111,54 @@ def resolve_index(
         return found
     if isinstance(index, str):
         if "{" in index:
-            return load_shard_index(_pattern_path(index, path), path, options, allow_damaged_gaps=gaps)
+            return load_shard_index(
+                _pattern_path(index, path), path, options, allow_damaged_gaps=gaps, cache=cache
+            )
         compressed = join(index, os.path.basename(default_compressed_index_path(path)))
         if exists(compressed, options):
-            return load_shard_index(compressed, path, options, allow_damaged_gaps=gaps)
+            return load_shard_index(compressed, path, options, allow_damaged_gaps=gaps, cache=cache)
         plain = join(index, os.path.basename(default_index_path(path)))
-        return load_shard_index(plain, path, options, allow_damaged_gaps=gaps)
+        return load_shard_index(plain, path, options, allow_damaged_gaps=gaps, cache=cache)
     if isinstance(index, Mapping):
         entry = index.get(path, index.get(os.path.basename(path)))
         if entry is None:
             raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
         if isinstance(entry, str | os.PathLike):
-            return load_shard_index(os.fspath(entry), path, options, allow_damaged_gaps=gaps)
+            return load_shard_index(os.fspath(entry), path, options, allow_damaged_gaps=gaps, cache=cache)
         table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
         check_index(table, path, "<index mapping>", allow_damaged_gaps=gaps, storage_options=options)
         return table
     if callable(index):
-        return load_shard_index(os.fspath(index(path)), path, options, allow_damaged_gaps=gaps)
+        return load_shard_index(os.fspath(index(path)), path, options, allow_damaged_gaps=gaps, cache=cache)
     raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
 
 
 def load_shard_index(
-    index_path: str, data_path: str, options: StorageOptions = None, *, allow_damaged_gaps: bool = False
+    index_path: str,
+    data_path: str,
+    options: StorageOptions = None,
+    *,
+    allow_damaged_gaps: bool = False,
+    cache: ShardCache | None = None,
 ) -> ShardIndex:
     """Reads an index file of either kind (told apart by the compressed index's magic) and
-    checks it against its data file (``allow_damaged_gaps``: see :func:`~.index.check_index`).
+    checks it against its data file (``allow_damaged_gaps``: see :func:`~.index.check_index`);
+    a remote one through ``cache`` when given.
 
     Raises:
         IndexFormatError: the index file is damaged or in neither format.
         StaleIndexError: it does not describe ``data_path``.
     """
-    data = read_index_bytes(index_path, options)
+    if cache is not None and is_url(index_path):
+        data = read_through(cache, index_path, options)
+    else:
+        data = read_index_bytes(index_path, options)
+    return _checked(data, index_path, data_path, options, allow_damaged_gaps)
+
+
+def _checked(
+    data: bytes, index_path: str, data_path: str, options: StorageOptions, allow_damaged_gaps: bool
+) -> ShardIndex:
     if is_compressed_index(data):
         found = decode_compressed_index(data, index_path)
         check_compressed_index(
@@ -129,3 +168,28 @@ def load_shard_index(
     table = decode_index(data, index_path)
     check_index(table, data_path, index_path, allow_damaged_gaps=allow_damaged_gaps, storage_options=options)
     return table
+
+
+def scan_cached(path: str, options: StorageOptions, on_error: OnError, cache: ShardCache) -> ShardIndex:
+    """The index of a remote file that has none: the one scanned before and kept in ``cache``,
+    else made by scanning the file's cached copy (fetched now) and kept there."""
+    info = file_info(path, options)
+    version = file_version(info)
+    name = path + "#scanned-index"
+    kept = cache.get_bytes(name, version)
+    if kept is not None:  # checked against the cached copy, if there is one (no request)
+        copy = cache.lookup(path, int(info["size"]), version)
+        where = f"<index of {path!r} kept in {cache.root!r}>"
+        return _checked(kept, where, copy or path, None if copy else options, on_error == "skip")
+    copy = CachedFile(path, int(info["size"]), version, options, cache).wait()
+    source, source_options = (path, options) if copy is None else (copy, None)
+    found: ShardIndex
+    if resolve_compression("auto", source, source_options) is not None:
+        found = build_compressed_index(source, on_error=on_error, storage_options=source_options)
+        data = encode_compressed_index(found)
+    else:
+        found = build_index(source, on_error=on_error, storage_options=source_options)
+        data = encode_index(found)
+    cache.put_bytes(name, version, data)
+    logger.info("no index for %r: scanned its cached copy once, kept in %r", path, cache.root)
+    return found

@@ -12,10 +12,8 @@ import itertools
 import logging
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -24,7 +22,6 @@ from ..errors import TFRecordError
 from ..records.compressed.index import (
     CompressedIndex,
 )
-from ..records.compressed.inflate import SEGMENT
 from ..records.compressed.shard import CompressedShard
 from ..records.entries import read_entries_at, read_ranges_into
 from ..records.io import (
@@ -35,9 +32,13 @@ from ..records.io import (
     is_url,
 )
 from ..records.reader import OnError
-from ..records.remote import RemoteFile, RequestCounter
+from ..records.remote import RemoteFile, for_each_path
+from ..records.remote.cache import ShardCache
+from ..records.remote.cached import CachedFile
+from .compressed_shards import Inflaters
 from .guards import check_sources
 from .local_files import LocalFiles, grown
+from .remote_shards import CacheDir, RemoteShards, make_cache
 from .shard_index import IndexArg, ShardIndex, resolve_index
 
 __all__ = ["RecordFiles", "record_files"]
@@ -45,13 +46,6 @@ __all__ = ["RecordFiles", "record_files"]
 logger = logging.getLogger(__name__)
 
 _MAX_OPEN_FILES = 64
-# Local records of a batch at most this far apart in a file are read with one pread, the bytes
-# between them included: a syscall costs about as much as copying this many bytes (bench_dataset).
-_COALESCE_GAP = 4096
-# Compressed shards inflating at once in a process (each holds inflated segments and a thread).
-_MAX_OPEN_INFLATERS = 8
-# Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
-_REMOTE_SHARDS_AT_ONCE = 16
 
 T = TypeVar("T")
 
@@ -62,12 +56,14 @@ class RecordFiles:
     Local files are read with positional reads on descriptors; URLs through a
     :class:`~torch_tfrecord.records.remote.RemoteFile` each (ranged requests, merged and retried);
     GZIP / ZLIB files through a :class:`~torch_tfrecord.records.compressed.shard.CompressedShard`
-    each (their offsets count in the uncompressed stream).
+    each (their offsets count in the uncompressed stream). With a ``cache``, a remote shard is
+    fetched whole into it (once per node) and read as a local file once its copy is complete.
 
     Args:
         paths: the data files (paths or URLs), in record-id order.
         tables: each file's ``(offset, framed_size)`` index table, or compressed index.
         storage_options: for the fsspec file system of URLs.
+        cache: the node's cache of remote shards, or None.
 
     Attributes:
         cache_bytes: inflated bytes each compressed shard keeps (a block shuffle's window).
@@ -78,6 +74,7 @@ class RecordFiles:
         paths: Sequence[str],
         tables: Sequence[ShardIndex],
         storage_options: StorageOptions = None,
+        cache: ShardCache | None = None,
     ) -> None:
         if len(paths) != len(tables):
             raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
@@ -90,23 +87,22 @@ class RecordFiles:
             ).reshape(-1, 2)
             for table in tables
         ]
+        self.cache = cache
+        # (a compressed file's size is looked up only to cache it: its index has what reading needs)
+        self.remote = RemoteShards(self.paths, self.storage_options, cache, set(self.compressed))
         # The size of each record stream: a compressed file's uncompressed size.
         self.sizes = [
             self.compressed[i].uncompressed_size
             if i in self.compressed
-            else file_size(path, self.storage_options)
+            else self.remote.sizes[i]
+            if is_url(path)
+            else file_size(path)
             for i, path in enumerate(self.paths)
         ]
-        self.cache_bytes = 0
-        self._inflaters: OrderedDict[int, CompressedShard] = OrderedDict()
-        # Remote files in use here, least recently used first (each may hold a read-ahead window).
-        self._remote: OrderedDict[int, RemoteFile] = OrderedDict()
-        self._requests = RequestCounter()  # of every remote file, those let go included
+        self._inflaters = Inflaters(self.paths, self.compressed, self.storage_options, self.remote)
         self._remote_lock = threading.Lock()  # shards of one batch are opened from several threads
+        # Whether each shard is read remotely here (a remote one is not once its cached copy is).
         self._remote_paths = [is_url(path) for path in self.paths]
-        self._all_remote = bool(self.paths) and all(self._remote_paths)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_pid = -1
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self._local = LocalFiles(self.paths, _MAX_OPEN_FILES)
@@ -119,17 +115,23 @@ class RecordFiles:
         index: IndexArg = None,
         storage_options: StorageOptions = None,
         on_error: OnError = "raise",
+        cache_dir: CacheDir = None,
+        cache_limit: int | str | None = None,
     ) -> RecordFiles:
         """Expands paths / globs / directories / URLs (sorted) and resolves every file's index
-        (``on_error``: see :func:`resolve_index`).
+        (``on_error``: see :func:`resolve_index`); remote files are cached in ``cache_dir``
+        (see :data:`~torch_tfrecord.data.remote_shards.CacheDir`), at most ``cache_limit`` bytes.
 
         Raises:
             ValueError: ``sources`` is an empty list.
         """
         check_sources(sources)
         paths = expand_sources(sources, storage_options)
-        indexes = [resolve_index(path, index, storage_options, on_error) for path in paths]
-        return cls(paths, indexes, storage_options)
+        cache = make_cache(paths, cache_dir, cache_limit)
+        indexes = for_each_path(
+            lambda path: resolve_index(path, index, storage_options, on_error, cache), paths
+        )
+        return cls(paths, indexes, storage_options, cache)
 
     def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
         """The records ``[start, stop)`` of shard ``shard`` for each ``(shard, start, stop)``, as files.
@@ -157,12 +159,12 @@ class RecordFiles:
                 )
             paths.append(self.paths[shard])
             tables.append(self.tables[shard][start:stop])
-        return RecordFiles(paths, tables, self.storage_options)
+        return RecordFiles(paths, tables, self.storage_options, self.cache)
 
     @property
     def remote_requests(self) -> int:
         """Ranged requests this process has made to remote files (none for local ones)."""
-        return self._requests.value
+        return self.remote.requests.value
 
     @property
     def num_records(self) -> int:
@@ -244,7 +246,16 @@ class RecordFiles:
         if not len(ids):
             return bytearray(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         if not self.compressed and not any(self._remote_paths):  # every shard a local plain file
-            framed = self._gather(gather, ids, scratch)
+            framed = self._local.gather(
+                gather,
+                ids,
+                self.starts,
+                self.tables,
+                self._size_table,
+                scratch,
+                self._open_local,
+                self.locate,
+            )
             if framed is not False:
                 return framed
         by_id = np.argsort(ids, kind="stable")  # global id order is file order
@@ -264,20 +275,19 @@ class RecordFiles:
             sizes = np.ascontiguousarray(entries[first:stop, 1])
             if int((offsets + sizes).max()) > self.sizes[shard]:
                 return None
-            if shard in self.compressed or is_url(self.paths[shard]):
-                remote_reads.append((shard, offsets, sizes, buffer, int(positions[first])))
+            source = self._source(shard)
+            if not isinstance(source, int):
+                remote_reads.append((source, offsets, sizes, buffer, int(positions[first])))
                 continue
             try:
-                complete = read_into(self._local.fd(shard), offsets, sizes, buffer, int(positions[first]))
+                complete = read_into(source, offsets, sizes, buffer, int(positions[first]))
             except OSError:  # the per-record read meets it again and raises it
                 return None
             if complete != stop - first:
                 return None
 
         def copy(read: tuple[Any, ...]) -> bool:
-            source = self._source(read[0])
-            assert not isinstance(source, int)  # a remote or compressed shard
-            return read_ranges_into(source, *read[1:])
+            return read_ranges_into(*read)
 
         if remote_reads and not all(self._each_shard(copy, remote_reads)):
             return None
@@ -287,110 +297,76 @@ class RecordFiles:
         framed_sizes[by_id] = entries[:, 1]
         return buffer, starts, framed_sizes
 
-    def _gather(
-        self,
-        gather: Callable[..., tuple[int, int]],
-        ids: npt.NDArray[np.int64],
-        scratch: bytearray | None,
-        gap: int = _COALESCE_GAP,
-    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | Literal[False] | None:
-        """:meth:`read_framed` of local files in one native call; False when the batch's shards
-        do not all stay open at once (the loop per shard then reads it)."""
-        buffer = bytearray() if scratch is None else scratch
-        starts = np.empty(len(ids), dtype=np.int64)
-        sizes = np.empty(len(ids), dtype=np.int64)
-        for _ in range(_MAX_OPEN_FILES + 1):
-            status, value = gather(
-                ids,
-                self.starts,
-                self.tables,
-                self._local.fds,
-                self._size_table,
-                self._local.maps,
-                buffer,
-                starts,
-                sizes,
-                gap,
-            )
-            if status == 0:
-                return buffer, starts, sizes
-            if status == 1:  # opening it may close the least recently used one
-                self._local.fd(value)
-            elif status == 2:
-                buffer = grown(buffer, value)
-            elif status == 4:
-                self.locate(ids)  # raises the IndexError
-            else:
-                return None
-        return False
-
     def _each_shard(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
         """``read`` of each group of records of one shard. Remote shards are read at the same
         time (their requests overlap instead of adding up); local ones here, one after another
         (and so do mixed ones: a descriptor may be closed for another only in this thread)."""
-        if len(groups) < 2 or not self._all_remote:
+        if len(groups) < 2 or not all(self._remote_paths):
             return [read(group) for group in groups]
-        if self._pool is None or self._pool_pid != os.getpid():
-            self._pool = ThreadPoolExecutor(
-                _REMOTE_SHARDS_AT_ONCE, thread_name_prefix="torch-tfrecord-shards"
-            )
-            self._pool_pid = os.getpid()
-        return list(self._pool.map(read, groups))
+        return self.remote.each(read, groups)
 
-    def _source(self, shard: int) -> int | RemoteFile | CompressedShard:
-        """How shard ``shard`` is read in this process: a descriptor, a remote or a compressed file."""
+    def _source(self, shard: int) -> int | RemoteFile | CachedFile | CompressedShard:
+        """How shard ``shard`` is read in this process: a descriptor (of a local file or of a
+        remote one's cached copy), a remote or a compressed file."""
         if shard in self.compressed:
-            return self._inflater(shard)
-        if not is_url(self.paths[shard]):
-            return self._local.fd(shard)
+            return self._inflaters.get(shard)
+        if not self._remote_paths[shard]:
+            try:
+                return self._local.fd(shard)
+            except FileNotFoundError:  # a cached copy, evicted before this process opened it
+                if not is_url(self.paths[shard]):
+                    raise
+                self._read_remotely(shard)
+        copy = self.remote.copy(shard)
+        if copy is None:
+            return self.remote.source(shard)
+        with self._remote_lock:  # read as a local file from now on
+            self._local.paths[shard] = copy
+            self._remote_paths[shard] = False
+        return self._source(shard)
+
+    def _open_local(self, shard: int) -> bool:
+        """Opens shard ``shard`` as a local file; False when it is read remotely (its copy gone)."""
+        return isinstance(self._source(shard), int)
+
+    def _read_remotely(self, shard: int) -> None:
         with self._remote_lock:
-            file = self._remote.get(shard)
-            if file is not None:
-                self._remote.move_to_end(shard)
-                return file
-            if len(self._remote) >= _MAX_OPEN_FILES:
-                _, oldest = self._remote.popitem(last=False)
-                oldest.close()  # (waits for a read of it in another thread; it stays usable)
-            file = RemoteFile(
-                self.paths[shard], self.sizes[shard], self.storage_options, counter=self._requests
-            )
-            self._remote[shard] = file
-            return file
+            self._local.forget(shard)
+            self._local.paths[shard] = self.paths[shard]
+            self._remote_paths[shard] = True
 
     def hold_window(self, records: int) -> None:
         """Lets each compressed shard keep about ``records`` records inflated (a block
         shuffle's window), so the window is inflated once however its records are asked for."""
-        if not self.compressed:
-            return
-        largest_mean = max(
-            index.uncompressed_size / max(1, len(index.table)) for index in self.compressed.values()
-        )
-        self.cache_bytes = int(records * largest_mean) + 2 * SEGMENT
+        self._inflaters.hold_window(records)
 
-    def _inflater(self, shard: int) -> CompressedShard:
-        with self._remote_lock:
-            inflater = self._inflaters.get(shard)
-            if inflater is not None:
-                self._inflaters.move_to_end(shard)
-            else:
-                if len(self._inflaters) >= _MAX_OPEN_INFLATERS:
-                    self._inflaters.popitem(last=False)[1].close()
-                inflater = CompressedShard(
-                    self.paths[shard], self.compressed[shard], self.storage_options, self.cache_bytes
-                )
-                self._inflaters[shard] = inflater
-            inflater.cache_bytes = self.cache_bytes
-            return inflater
+    @property
+    def cache_bytes(self) -> int:
+        return self._inflaters.cache_bytes
 
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
     ) -> list[bytes | None]:
-        fd, path, size, table = self._source(shard), self.paths[shard], self.sizes[shard], self.tables[shard]
-        try:
-            return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
-        except TFRecordError:
-            if on_error == "raise":
-                raise
+        path, size, table = self.paths[shard], self.sizes[shard], self.tables[shard]
+        refetched = False
+        while True:
+            fd = self._source(shard)
+            try:
+                return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
+            except TFRecordError as error:
+                copy = self._cached_copy_read(shard)
+                if copy is not None and refetched:
+                    error.args = (f"{error} (read from {copy!r}, its cached copy, fetched again once)",)
+                cached = self.cache is not None and is_url(path) and shard not in self.compressed
+                if not cached or refetched:
+                    if on_error == "raise":
+                        raise
+                    break
+                if copy is None and self.remote.fetch(shard) is not None:
+                    continue  # read before its copy was complete: now from the copy
+                logger.warning("%s: in the cached copy %r; fetching it again", error, copy)
+                self._refetch(shard)
+                refetched = True
         payloads: list[bytes | None] = []
         for number in numbers.tolist():  # find the damaged ones, keep the rest
             one = np.array([number], dtype=np.int64)
@@ -401,20 +377,26 @@ class RecordFiles:
                 payloads.append(None)
         return payloads
 
+    def _cached_copy_read(self, shard: int) -> str | None:
+        """The cached copy that shard ``shard`` is read from here, if it is."""
+        if shard in self.compressed or self._remote_paths[shard] or not is_url(self.paths[shard]):
+            return None
+        return self._local.paths[shard]
+
+    def _refetch(self, shard: int) -> None:
+        self._read_remotely(shard)
+        self.remote.discard(shard)
+        self.remote.fetch(shard)
+
     def close(self) -> None:
         """Closes the files this process opened (they reopen on the next read)."""
         self._local.close()
-        for file in self._remote.values():
-            file.close()
-        for inflater in self._inflaters.values():
-            inflater.close()
+        self.remote.close()
+        self._inflaters.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_remote"] = OrderedDict()
-        state["_inflaters"] = OrderedDict()
         state["_remote_lock"] = None
-        state["_pool"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -424,7 +406,7 @@ class RecordFiles:
     def __del__(self) -> None:
         try:
             self.close()
-        except OSError:
+        except (OSError, AttributeError):  # (AttributeError: at interpreter exit, modules are gone)
             pass
 
 
@@ -433,11 +415,21 @@ def record_files(
     index: IndexArg,
     storage_options: StorageOptions,
     on_error: OnError = "raise",
+    cache_dir: CacheDir = None,
+    cache_limit: int | str | None = None,
 ) -> RecordFiles:
-    """The files of ``sources``; a :class:`RecordFiles` made beforehand (e.g. a selection of
-    records, as :func:`torch_tfrecord.integrations.tfds.from_tfds` makes) is used as it is."""
+    """The files of ``sources`` (see :meth:`RecordFiles.from_sources`); a :class:`RecordFiles` made
+    beforehand (e.g. a selection of records, as ``tt.from_tfds`` makes) is used as it is."""
     if isinstance(sources, RecordFiles):
-        if index is not None or storage_options is not None:
-            raise ValueError("index= and storage_options= belong to the RecordFiles passed as sources")
+        if (
+            index is not None
+            or storage_options is not None
+            or cache_dir is not None
+            or cache_limit is not None
+        ):
+            raise ValueError(
+                "index=, storage_options=, cache_dir= and cache_limit= belong to the RecordFiles "
+                "passed as sources"
+            )
         return sources
-    return RecordFiles.from_sources(sources, index, storage_options, on_error)
+    return RecordFiles.from_sources(sources, index, storage_options, on_error, cache_dir, cache_limit)

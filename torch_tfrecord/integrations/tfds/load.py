@@ -15,6 +15,7 @@ from typing import Any
 from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
+from ...data.remote_shards import CacheDir, make_cache
 from ...data.shard_index import IndexArg, resolve_index
 from ...data.shards import RecordFiles
 from ...records.io import StorageOptions
@@ -60,12 +61,18 @@ def load_features(info: DatasetInfo, storage_options: StorageOptions = None) -> 
 
 
 def split_files(
-    info: DatasetInfo, split: str, index: IndexArg = None, storage_options: StorageOptions = None
+    info: DatasetInfo,
+    split: str,
+    index: IndexArg = None,
+    storage_options: StorageOptions = None,
+    cache_dir: CacheDir = None,
+    cache_limit: int | str | None = None,
 ) -> RecordFiles:
     """The records ``split`` selects (``"train[:10%]+test"``), as files to read by record id.
 
-    Each shard's index is read or built as for any dataset, and its record count checked
-    against ``shardLengths``.
+    Each shard's index is read or built as for any dataset (remote shards, which TFDS leaves
+    without one, scanned once from their cached copy: see ``cache_dir``), and its record count
+    checked against ``shardLengths``.
 
     Raises:
         TFDSFormatError: a shard holds another number of records than dataset_info.json says.
@@ -78,8 +85,9 @@ def split_files(
         if (piece.split, piece.shard) not in places:
             places[(piece.split, piece.shard)] = len(paths)
             paths.append(info.shard_paths(piece.split)[piece.shard])
-    indexes = [resolve_index(path, index, storage_options) for path in paths]
-    files = RecordFiles(paths, indexes, storage_options)
+    cache = make_cache(paths, cache_dir, cache_limit)
+    indexes = [resolve_index(path, index, storage_options, "raise", cache) for path in paths]
+    files = RecordFiles(paths, indexes, storage_options, cache)
     for (name, shard), place in places.items():
         expected = info.splits[name].shard_lengths[shard]
         if files.counts[place] != expected:
@@ -166,6 +174,8 @@ def from_tfds(
     indexed: bool = False,
     index: IndexArg = None,
     storage_options: StorageOptions = None,
+    cache_dir: CacheDir = None,
+    cache_limit: int | str | None = None,
     transform: Callable[..., Any] | None = None,
     dct: DCT = "fast",
     **dataset_kwargs: Any,
@@ -184,7 +194,8 @@ def from_tfds(
             ``"train+test"``, ``"all"``.
         name: ``"mnist"``, ``"mnist:3.0.1"`` or ``"coco/2017:1.1.0"`` under ``path``.
         indexed: True gives the map-style :class:`IndexedTFDSDataset`.
-        index, storage_options: as for :class:`~torch_tfrecord.TFRecordDataset`.
+        index, storage_options, cache_dir, cache_limit: as for
+            :class:`~torch_tfrecord.TFRecordDataset`.
         transform: runs on TFDS's values (a sample, or a batch in batch mode).
         dct: the inverse DCT of JPEG images. ``"fast"`` (the default) is TensorFlow's default,
             so images equal ``tfds.as_numpy``'s value for value (it needs simplejpeg: the
@@ -208,7 +219,7 @@ def from_tfds(
     features = load_features(info, storage_options)
     batched = not indexed and dataset_kwargs.get("batch_size") is not None
     decoder = FeatureDecoder(features, batched=batched, dct=dct)
-    files = split_files(info, split, index, storage_options)
+    files = split_files(info, split, index, storage_options, cache_dir, cache_limit)
     kwargs = {"spec": decoder.spec, "transform": _transform(decoder, transform), **dataset_kwargs}
     if indexed:
         return IndexedTFDSDataset(files, info=info, features=features, split=split, **kwargs)

@@ -9,10 +9,13 @@ Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
 from __future__ import annotations
 
 import itertools
+import os
 import posixpath
 import re
-from collections.abc import Mapping
-from typing import Any
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from ...errors import SourceNotFoundError
 from ...support.extras import install_hint
@@ -24,6 +27,7 @@ __all__ = [
     "expand",
     "file_info",
     "filesystem",
+    "for_each_path",
     "is_url",
     "make_dirs",
     "move",
@@ -46,6 +50,34 @@ def is_url(path: str) -> bool:
     return match is not None and match[1].lower() not in ("file", "local")
 
 
+# The fsspec file systems a forked child inherited, kept alive there (see _keep_inherited).
+_INHERITED: list[Any] = []
+
+
+def _keep_inherited() -> None:
+    """In a forked child (a DataLoader worker), keeps the parent's fsspec file systems alive.
+
+    fsspec drops them from its instance cache on the child's first call; their finalizers then
+    close the inherited aiohttp connections, and closing a socket unregisters it from the event
+    loop's epoll instance, which the child shares with the parent: the parent's next request
+    over that connection would wait for its timeout (300 s). Never used in the child, they are
+    simply not let go.
+    """
+    if "fsspec" not in sys.modules:
+        return
+    from fsspec.spec import AbstractFileSystem
+
+    classes: list[type] = [AbstractFileSystem]
+    while classes:
+        cls = classes.pop()
+        classes.extend(cls.__subclasses__())
+        _INHERITED.extend(getattr(cls, "__dict__", {}).get("_cache", {}).values())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_keep_inherited)
+
+
 def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, str]:
     """The fsspec file system of ``url`` and the path within it.
 
@@ -64,6 +96,22 @@ def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, s
             f"{url!r}: the {protocol}:// protocol needs a package that is not installed ({error}); "
             f"{install_hint('remote')}"
         ) from error
+
+
+T = TypeVar("T")
+# Objects looked up at once when a dataset is made (each lookup is a request or more).
+_LOOKUPS_AT_ONCE = 16
+
+
+def for_each_path(call: Callable[[str], T], paths: Sequence[str]) -> list[T]:
+    """``call`` of each path, in order; concurrently when some are URLs (their requests overlap
+    instead of adding up: a thousand shards' lookups take seconds, not minutes). The first
+    path's error (in order) is raised."""
+    if sum(is_url(path) for path in paths) < 2:
+        return [call(path) for path in paths]
+    threads = min(_LOOKUPS_AT_ONCE, len(paths))
+    with ThreadPoolExecutor(threads, thread_name_prefix="torch-tfrecord-lookup") as pool:
+        return list(pool.map(call, paths))
 
 
 def file_info(url: str, storage_options: StorageOptions = None) -> dict[str, Any]:
