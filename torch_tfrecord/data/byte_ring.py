@@ -28,6 +28,7 @@ import torch
 
 from ..codec.selection import RowList
 from ..support.extension import compiled
+from ..support.processes import pid_alive
 
 __all__ = ["MIN_BYTES", "SLOTS", "RingBytes", "byte_columns"]
 
@@ -150,18 +151,8 @@ def _cut(slot: np.ndarray[Any, Any], ends: np.ndarray[Any, Any]) -> list[bytes]:
 def _forget_older(key: tuple[int, int]) -> None:
     """Lets go of the rings this worker replaced, and of workers that ended."""
     for old in list(_received):
-        if old[0] == key[0] or not _alive(old[0]):
+        if old[0] == key[0] or not pid_alive(old[0]):
             del _received[old]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def byte_columns(batch: dict[str, Any]) -> dict[str, Any]:

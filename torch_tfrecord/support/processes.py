@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
-__all__ = ["WorkerDiedError", "worker_processes"]
+__all__ = ["WorkerDiedError", "pid_alive", "worker_processes"]
 
 
 class WorkerDiedError(RuntimeError):
@@ -42,3 +43,14 @@ def worker_processes(jobs: int) -> Iterator[ProcessPoolExecutor]:
         ) from error
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (one of another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...support.extras import install_hint
+from ...support.processes import pid_alive
 from .eviction import FETCH_AHEAD, Schedule, choose_victims, next_use
 
 __all__ = ["CacheEntry", "ShardCache", "parse_size"]
@@ -103,16 +104,6 @@ def _filelock() -> Any:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ShardCache:
@@ -336,7 +327,7 @@ class ShardCache:
             self.discard(key, incomplete_only=True)
         hints = os.path.join(self.root, "hints")
         for name in os.listdir(hints):
-            if name.split(".")[0].isdigit() and not _pid_alive(int(name.split(".")[0])):
+            if name.split(".")[0].isdigit() and not pid_alive(int(name.split(".")[0])):
                 _remove(os.path.join(hints, name))
 
     # ------------------------------------------------------------------ schedules
