@@ -68,11 +68,20 @@ print("ok", sys.version.split()[0], native.HW_CRC)
 
 
 def _compile_args() -> list[str]:
-    """setup.py's ``extra_compile_args``, read from its source (it runs setup() when imported)."""
+    """The ``extra_compile_args`` of setup.py's first extension (the one built here), read from
+    its source (it runs setup() when imported): a list, or the name of a list assigned there."""
     tree = ast.parse((ROOT / "setup.py").read_text())
+    assigned = {
+        target.id: node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.keyword) and node.arg == "extra_compile_args":
-            return list(ast.literal_eval(node.value))
+            value = assigned[node.value.id] if isinstance(node.value, ast.Name) else node.value
+            return list(ast.literal_eval(value))
     raise AssertionError("setup.py declares no extra_compile_args")
 
 

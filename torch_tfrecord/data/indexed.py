@@ -31,8 +31,8 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
     SequentialSampler), slow for random ones (each may inflate up to a seek point's spacing).
 
     Args:
-        sources, spec, context_spec, sequence_spec, index, verify_crc, storage_options, cache_dir,
-            cache_limit: as for :class:`TFRecordDataset`.
+        sources, spec, context_spec, sequence_spec, index, verify_crc: as for :class:`TFRecordDataset`.
+        storage_options, cache_dir, cache_limit: as for :class:`TFRecordDataset`.
         transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
         seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
 
