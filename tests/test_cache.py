@@ -55,7 +55,7 @@ def _records(salt: int = 0) -> Iterator[dict[str, Any]]:
 
 
 def _options(proxy: FaultProxy) -> dict[str, Any]:
-    return s3_options(proxy.url, skip_instance_cache=True)
+    return s3_options(proxy.url)
 
 
 def _shard_bytes(by_path: dict[str, int], suffix: str = ".tfrecord") -> int:
@@ -246,19 +246,25 @@ def test_two_ranks_two_workers_share_one_download_and_a_second_job_fetches_nothi
     assert {e.complete for e in ShardCache(cache_dir).entries()} == {True}
 
 
+_EQUAL_IDS = range(128, 4128)  # every id a two-byte varint: every record, so every shard, one size
+
+
 def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
     s3: tuple[str, int], tmp_path: Path
 ) -> None:
-    """40 shards of 100 records (a quarter holds 9 of them: 10 are a few bytes over it), read in
-    batches of 50 by 2 workers, shards in a new order each epoch: the cache keeps, at the end of
-    epoch 0, the shards epoch 1 needs first (and never lets a shard read once push them out)."""
+    """40 shards of 100 records, all of one size (ids of one varint length), so a quarter of the
+    data holds exactly 10 of them and the best second epoch fetches 0.75x; read in batches of 50
+    by 2 workers, shards in a new order each epoch: the cache keeps, at the end of epoch 0, the
+    shards epoch 1 needs first (and never lets a shard read once push them out)."""
     import fsspec
 
     endpoint, _ = s3
     options = s3_options(endpoint)
     with tt.ShardedWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
-        for i in range(4000):
+        for i in _EQUAL_IDS:
             writer.write({"id": i, "blob": bytes([i % 251]) * 1000})
+    sizes = {fsspec.filesystem("s3", **options).size(p) for p in writer.shard_paths}
+    assert len(sizes) == 1, sizes  # equal shards: the limit below is exactly 10 of them
     data = sum(fsspec.filesystem("s3", **options).size(p) for p in writer.shard_paths)
     limit = data // 4
     cache_dir = tmp_path / "cache"
@@ -295,7 +301,7 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
             for epoch in (0, 1):
                 proxy.reset()
                 ds.set_epoch(epoch)
-                assert sorted(_ids(ds)) == list(range(4000))
+                assert sorted(_ids(ds)) == list(_EQUAL_IDS)
                 fetched.append(_shard_bytes(proxy.get_bytes_by_path))
     finally:
         stop.set()
