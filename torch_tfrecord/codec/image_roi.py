@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import ModuleType
-from typing import overload
 
 import torch
 
@@ -44,32 +43,6 @@ def read_sizes(encoded: Sequence[bytes | memoryview]) -> list[tuple[int, int] | 
     """Each JPEG's ``(height, width)`` from its header, or the error libjpeg gave for it."""
     assert compiled is not None
     return [size if isinstance(size, tuple) else ValueError(size) for size in compiled.read_sizes(encoded)]
-
-
-@overload
-def decode_regions(
-    encoded: Sequence[bytes | memoryview],
-    regions: Sequence[Region],
-    grey: bool,
-    fast_dct: bool,
-    threads: int,
-    tf_crop: bool = False,
-    out: None = None,
-    slots: None = None,
-) -> list[torch.Tensor | ValueError | None]: ...
-
-
-@overload
-def decode_regions(
-    encoded: Sequence[bytes | memoryview],
-    regions: Sequence[Region],
-    grey: bool,
-    fast_dct: bool,
-    threads: int,
-    tf_crop: bool,
-    out: torch.Tensor,
-    slots: Sequence[int],
-) -> list[bool | ValueError]: ...
 
 
 def decode_regions(
