@@ -45,7 +45,8 @@ if jpeg_include is not None:
     extensions.append(
         Extension(
             "torch_tfrecord.codec._jpeg",
-            sources=["torch_tfrecord/codec/_jpeg.c"],
+            sources=["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"],
+            depends=["torch_tfrecord/codec/_resize.h"],
             include_dirs=[] if jpeg_include == "/usr/include" else [jpeg_include],
             library_dirs=library_dirs,
             libraries=["jpeg", "pthread"],

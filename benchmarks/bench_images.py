@@ -22,6 +22,11 @@ cache (a warm-up pass first) and yields uint8 batches [32, 3, 224, 224] (TensorF
 - with --others: a full decode + resize in the transform, torchvision ImageFolder + Pillow, and
   the `tfrecord` package + Pillow (--tfrecord-path), 2 workers each.
 
+With --resize-alone, only the resize is timed instead, ms per image on one thread: the regions
+that each crop decodes (at 1/2 scale, 320x240 for "resize"), resized to 224x224 by torch's
+F.interpolate and copied into the batch's planes (the path before issue 33 part 6), and by the
+native resize straight into the planes (in a batch it runs on the decoder's thread).
+
 Each pipeline is also timed in CPU seconds (this process's and its reaped workers', TensorFlow's
 process's, every thread counted): images per CPU second hold where other work on a shared
 machine makes the wall-clock rates swing.
@@ -32,7 +37,7 @@ the faster of resize and ratio=; random crops: decode_and_crop_jpeg) and its sha
 codec's limit for its spec.
 
     python benchmarks/bench_images.py [--images 2000] [--rounds 5] [--tf-python /tmp/tfvenv/bin/python]
-        [--others] [--tfrecord-path /tmp/tfrecord-pkg]
+        [--others] [--tfrecord-path /tmp/tfrecord-pkg] [--resize-alone]
 """
 
 from __future__ import annotations
@@ -250,6 +255,48 @@ def huffman_floor(encoded: list[bytes]) -> int:
     return len(encoded)
 
 
+def resize_alone(encoded: list[bytes], rounds: int, count: int = 64) -> None:
+    """Per crop: ms per image of torch's resize + the copy into planes against the native resize."""
+    import torch.nn.functional as F
+
+    from torch_tfrecord.codec import image_batch, image_roi
+
+    torch.set_num_threads(1)
+    out = torch.empty((3, SIZE, SIZE), dtype=torch.uint8)
+    print(f"\n{count} images, one thread, best of {rounds} rounds, ms per image\n")
+    print("| crop | regions (mean) | torch F.interpolate + copy to planes | native resize into planes | x |")
+    print("|---|---|---|---|---|")
+    for crop, spec in OURS.items():
+        regions = []
+        for i, data in enumerate(encoded[:count]):
+            [(height, width)] = image_roi.read_sizes([data])  # type: ignore[misc]
+            box = image_batch.crop_box(height, width, spec, torch.Generator().manual_seed(i))
+            need = (min(height, -(-height * SIZE // box[2])), min(width, -(-width * SIZE // box[3])))
+            [region] = image_roi.decode_regions([data], [(*box, *need)], False, False, 1)
+            assert isinstance(region, torch.Tensor)
+            regions.append(region)
+
+        def with_torch() -> None:
+            for region in regions:
+                resized = F.interpolate(region[None], size=(SIZE, SIZE), mode="bilinear", antialias=True)
+                out.copy_(resized[0])
+
+        def native() -> None:
+            for region in regions:
+                image_roi.resize_into(region, out)
+
+        best = {with_torch: float("inf"), native: float("inf")}
+        for _ in range(rounds):
+            for run in best:
+                start = time.process_time()
+                run()
+                best[run] = min(best[run], (time.process_time() - start) / len(regions) * 1e3)
+        mean_h = sum(r.shape[1] for r in regions) / len(regions)
+        mean_w = sum(r.shape[2] for r in regions) / len(regions)
+        times = f"{best[with_torch]:.3f} | {best[native]:.3f} | {best[with_torch] / best[native]:.2f}"
+        print(f"| {crop} | {mean_w:.0f}x{mean_h:.0f} | {times} |")
+
+
 OURS = {
     "resize": tt.Image("RGB", size=SIZE),
     "center": tt.Image("RGB", size=SIZE, crop="center"),
@@ -270,9 +317,13 @@ def main() -> None:
     parser.add_argument("--tf-python", default="/tmp/tfvenv/bin/python")
     parser.add_argument("--tfrecord-path", default="/tmp/tfrecord-pkg")
     parser.add_argument("--others", action="store_true", help="also ImageFolder, full decode, `tfrecord`")
+    parser.add_argument("--resize-alone", action="store_true", help="time only the resize, torch's and ours")
     args = parser.parse_args()
     folder, shards = make_data(args.dir, args.images)
     encoded = read_encoded(shards)
+    if args.resize_alone:
+        resize_alone(encoded, args.rounds)
+        return
     pipelines: dict[str, Callable[[], int]] = {}
     for crop, spec in OURS.items():
         for workers in (0, 2):

@@ -5,7 +5,9 @@
  * around the region, with one pixel of margin so chroma upsampling sees the same neighbours as
  * in a full decode, then entropy-decode the rest (skip + finish) so corrupt data below the region
  * is an error as in a full decode. The batch is decoded on threads with the GIL released; libjpeg
- * errors and warnings longjmp back into a message for that image (never exit()).
+ * errors and warnings longjmp back into a message for that image (never exit()). Given the batch's
+ * output, each thread then resizes the region it decoded straight into the image's planes there
+ * (_resize.c: torch's antialiased bilinear, byte for byte), so the call returns the finished batch.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,6 +20,8 @@
 #include <string.h>
 
 #include <jpeglib.h>
+
+#include "_resize.h"
 
 typedef struct {
     struct jpeg_error_mgr pub;
@@ -41,6 +45,7 @@ enum { DONE = 0, FAILED = 1, UNSUPPORTED = 2 };
 typedef struct {
     Py_buffer data;
     long top, left, height, width, need_h, need_w; /* the box in full pixels; the pixels wanted over the image */
+    long slot; /* the image's place in the batch's output, when there is one */
     int status;
     char message[JMSG_LENGTH_MAX];
     unsigned char *pixels; /* the region, rows of out_w * channels */
@@ -53,6 +58,8 @@ typedef struct {
     Job *jobs;
     Py_ssize_t count, next;
     int grey, fast_dct, tf_crop;
+    uint8_t *out; /* NULL, or the batch: images of channels planes of out_h x out_w */
+    long out_h, out_w, out_channels;
     pthread_mutex_t lock;
 } Batch;
 
@@ -195,15 +202,34 @@ static void decode_one(Job *job, int grey, int fast_dct, int tf_crop) {
     job->status = DONE;
 }
 
+/* A decoded region resized into its place in the batch's output (then its pixels are freed). */
+static void resize_into(Job *job, const Batch *batch, ResizeScratch *scratch) {
+    long image_bytes = batch->out_channels * batch->out_h * batch->out_w;
+    uint8_t *target = batch->out + job->slot * image_bytes;
+    if (resize_to_planes(job->pixels, job->out_h, job->out_w, job->channels, target, batch->out_h, batch->out_w,
+                         scratch) < 0) {
+        job->status = FAILED;
+        snprintf(job->message, sizeof(job->message), "out of memory resizing a %ldx%ld region", job->out_h,
+                 job->out_w);
+    }
+    free(job->pixels);
+    job->pixels = NULL;
+}
+
 static void *work(void *arg) {
     Batch *batch = (Batch *)arg;
+    ResizeScratch scratch = {0};
     for (;;) {
         pthread_mutex_lock(&batch->lock);
         Py_ssize_t i = batch->next++;
         pthread_mutex_unlock(&batch->lock);
-        if (i >= batch->count) return NULL;
-        decode_one(&batch->jobs[i], batch->grey, batch->fast_dct, batch->tf_crop);
+        if (i >= batch->count) break;
+        Job *job = &batch->jobs[i];
+        decode_one(job, batch->grey, batch->fast_dct, batch->tf_crop);
+        if (batch->out != NULL && job->status == DONE) resize_into(job, batch, &scratch);
     }
+    resize_scratch_free(&scratch);
+    return NULL;
 }
 
 static void run_batch(Batch *batch, int threads) {
@@ -244,9 +270,10 @@ static PyTypeObject PixelsType = {
     .tp_doc = "A decoded region's pixels (HWC uint8), as a writable buffer.",
 };
 
-static PyObject *result_of(Job *job) {
+static PyObject *result_of(Job *job, int resized) {
     if (job->status == UNSUPPORTED) Py_RETURN_NONE;
     if (job->status == FAILED) return PyUnicode_FromString(job->message);
+    if (resized) Py_RETURN_TRUE;
     Pixels *pixels = PyObject_New(Pixels, &PixelsType);
     if (pixels == NULL) return NULL;
     pixels->data = job->pixels; /* now the object's */
@@ -256,18 +283,21 @@ static PyObject *result_of(Job *job) {
 }
 
 PyDoc_STRVAR(decode_regions_doc,
-             "decode_regions(images, boxes, grey, fast_dct, tf_crop, threads)\n\n"
+             "decode_regions(images, boxes, grey, fast_dct, tf_crop, threads, output=None, slots=None)\n\n"
              "Each JPEG's region (top, left, height, width, need_height, need_width) decoded at the smallest\n"
              "DCT scale that keeps need_height x need_width over the whole image, cut as image_batch.resize\n"
              "cuts it (tf_crop: as decode_and_crop_jpeg decodes the box). Returns per image (pixels: a\n"
              "writable HWC buffer, height, width, channels), an error message (str), or None for CMYK/YCCK\n"
-             "JPEGs (left to the Python path).");
+             "JPEGs (left to the Python path). Given output (a writable C-contiguous uint8 [B, C, H, W]\n"
+             "buffer) and slots (one index into it per image), each region is resized into output[slot]\n"
+             "instead (torch's antialiased bilinear) and True stands for its pixels.");
 
 static PyObject *decode_regions(PyObject *self, PyObject *args) {
-    PyObject *images, *boxes;
+    PyObject *images, *boxes, *output = Py_None, *slots = Py_None;
     int grey, fast_dct, tf_crop, threads;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOpppi", &images, &boxes, &grey, &fast_dct, &tf_crop, &threads)) return NULL;
+    if (!PyArg_ParseTuple(args, "OOpppi|OO", &images, &boxes, &grey, &fast_dct, &tf_crop, &threads, &output, &slots))
+        return NULL;
     PyObject *image_seq = PySequence_Fast(images, "images must be a sequence");
     if (image_seq == NULL) return NULL;
     PyObject *box_seq = PySequence_Fast(boxes, "boxes must be a sequence");
@@ -276,11 +306,26 @@ static PyObject *decode_regions(PyObject *self, PyObject *args) {
         return NULL;
     }
     Py_ssize_t count = PySequence_Fast_GET_SIZE(image_seq), ready = 0;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *slot_seq = NULL;
     Job *jobs = NULL;
+    Py_buffer target = {0};
     if (PySequence_Fast_GET_SIZE(box_seq) != count) {
         PyErr_SetString(PyExc_ValueError, "one box per image");
         goto done;
+    }
+    if (output != Py_None) {
+        if (PyObject_GetBuffer(output, &target, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) goto done;
+        if (target.ndim != 4 || target.itemsize != 1 || strcmp(target.format, "B") != 0 ||
+            target.shape[1] != (grey ? 1 : 3)) {
+            PyErr_Format(PyExc_ValueError, "output must be uint8 [batch, %d, height, width]", grey ? 1 : 3);
+            goto done;
+        }
+        slot_seq = PySequence_Fast(slots, "slots must be a sequence");
+        if (slot_seq == NULL) goto done;
+        if (PySequence_Fast_GET_SIZE(slot_seq) != count) {
+            PyErr_SetString(PyExc_ValueError, "one slot per image");
+            goto done;
+        }
     }
     jobs = calloc((size_t)(count > 0 ? count : 1), sizeof(Job));
     if (jobs == NULL) {
@@ -293,16 +338,30 @@ static PyObject *decode_regions(PyObject *self, PyObject *args) {
         if (!PyArg_ParseTuple(box, "llllll", &job->top, &job->left, &job->height, &job->width, &job->need_h,
                               &job->need_w))
             goto done;
+        if (slot_seq != NULL) {
+            job->slot = PyLong_AsLong(PySequence_Fast_GET_ITEM(slot_seq, ready));
+            if (job->slot == -1 && PyErr_Occurred()) goto done;
+            if (job->slot < 0 || job->slot >= target.shape[0]) {
+                PyErr_Format(PyExc_IndexError, "slot %ld of image %zd is outside the output's %zd images", job->slot,
+                             ready, target.shape[0]);
+                goto done;
+            }
+        }
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(image_seq, ready), &job->data, PyBUF_SIMPLE) < 0) goto done;
     }
     Batch batch = {.jobs = jobs, .count = count, .next = 0, .grey = grey, .fast_dct = fast_dct,
-                   .tf_crop = tf_crop};
+                   .tf_crop = tf_crop, .out = target.buf};
+    if (target.buf != NULL) {
+        batch.out_channels = target.shape[1];
+        batch.out_h = target.shape[2];
+        batch.out_w = target.shape[3];
+    }
     pthread_mutex_init(&batch.lock, NULL);
     Py_BEGIN_ALLOW_THREADS run_batch(&batch, threads);
     Py_END_ALLOW_THREADS pthread_mutex_destroy(&batch.lock);
     out = PyList_New(count);
     for (Py_ssize_t i = 0; out != NULL && i < count; i++) {
-        PyObject *result = result_of(&jobs[i]);
+        PyObject *result = result_of(&jobs[i], target.buf != NULL);
         if (result == NULL) Py_CLEAR(out);
         else PyList_SET_ITEM(out, i, result);
     }
@@ -312,9 +371,44 @@ done:
         free(jobs[i].pixels);
     }
     free(jobs);
+    if (target.obj != NULL) PyBuffer_Release(&target);
+    Py_XDECREF(slot_seq);
     Py_DECREF(image_seq);
     Py_DECREF(box_seq);
     return out;
+}
+
+PyDoc_STRVAR(resize_doc,
+             "resize(pixels, height, width, output)\n\n"
+             "An HWC uint8 image (C = the output's) resized into output, a writable C-contiguous uint8\n"
+             "[C, H, W] buffer, as the batch path resizes (torch's antialiased bilinear, byte for byte).");
+
+static PyObject *resize(PyObject *self, PyObject *args) {
+    static ResizeScratch scratch; /* the GIL is held throughout: one caller at a time */
+    PyObject *pixels, *output;
+    long height, width;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OllO", &pixels, &height, &width, &output)) return NULL;
+    Py_buffer in, out;
+    if (PyObject_GetBuffer(pixels, &in, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(output, &out, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+        PyBuffer_Release(&in);
+        return NULL;
+    }
+    int failed = 0;
+    if (out.ndim != 3 || out.itemsize != 1 || strcmp(out.format, "B") != 0 || height < 1 || width < 1 ||
+        out.shape[1] < 1 || out.shape[2] < 1 || in.len != height * width * out.shape[0]) {
+        PyErr_SetString(PyExc_ValueError, "pixels must be height x width x C bytes, output uint8 [C, H, W]");
+        failed = 1;
+    } else if (resize_to_planes(in.buf, height, width, (int)out.shape[0], out.buf, out.shape[1], out.shape[2],
+                                &scratch) < 0) {
+        PyErr_NoMemory();
+        failed = 1;
+    }
+    PyBuffer_Release(&in);
+    PyBuffer_Release(&out);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
 }
 
 PyDoc_STRVAR(read_sizes_doc,
@@ -358,6 +452,7 @@ static PyObject *read_sizes(PyObject *self, PyObject *images) {
 static PyMethodDef methods[] = {
     {"decode_regions", decode_regions, METH_VARARGS, decode_regions_doc},
     {"read_sizes", read_sizes, METH_O, read_sizes_doc},
+    {"resize", resize, METH_VARARGS, resize_doc},
     {NULL, NULL, 0, NULL},
 };
 

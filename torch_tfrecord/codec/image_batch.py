@@ -6,7 +6,8 @@ covers the kept region with at least the output's pixels, then cropped and resiz
 antialiased). simplejpeg does the scaled decode when installed (it releases the GIL); Pillow's
 ``draft`` otherwise. The region comes from a generator seeded per record (see :func:`seeded`).
 Where the ``_jpeg`` extension is built (:mod:`.image_roi`) and simplejpeg is installed, a batch's
-JPEGs are decoded in one native call that decodes only each kept region, with the same pixels.
+JPEGs are decoded and resized in one native call that decodes only each kept region and resizes
+it into the batch, with the same pixels.
 """
 
 from __future__ import annotations
@@ -209,7 +210,9 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL[1]
 
 
-def _each(count: int, decode_one: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+def _each(indices: Sequence[int], decode_one: Callable[[int], torch.Tensor]) -> list[torch.Tensor]:
+    """``decode_one`` of each index, on the pool; the first index that fails raises, named."""
+
     def guarded(i: int) -> torch.Tensor:
         try:
             return decode_one(i)
@@ -218,9 +221,9 @@ def _each(count: int, decode_one: Callable[[int], torch.Tensor]) -> list[torch.T
         except Exception as error:  # the codec's own error type: the caller names the record
             raise UndecodableImage(i, error) from error
 
-    if count < 2 or _threads() < 2:
-        return [guarded(i) for i in range(count)]
-    return list(_pool().map(guarded, range(count)))
+    if len(indices) < 2 or _threads() < 2:
+        return [guarded(i) for i in indices]
+    return list(_pool().map(guarded, indices))
 
 
 def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] | torch.Tensor:
@@ -235,7 +238,7 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
     if spec.device != "cpu":
         return _decode_on_gpu(encoded, spec)
     if spec.size is None:
-        return _each(len(encoded), lambda i: decode_image(encoded[i], spec.mode, spec.dct))
+        return _each(range(len(encoded)), lambda i: decode_image(encoded[i], spec.mode, spec.dct))
     generators = _generators(len(encoded))
     out_h, out_w = spec.size  # type: ignore[misc]
     channels = 3 if spec.mode == "RGB" else 1
@@ -252,7 +255,7 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
         out[i] = reduced_decode(encoded[i], spec, generators[i])
         return out[i]
 
-    _each(len(encoded), into)
+    _each(range(len(encoded)), into)
     return out
 
 
@@ -274,8 +277,8 @@ def _regions_apply(spec: Image) -> bool:
 def _decode_regions_into(
     out: torch.Tensor, encoded: Sequence[bytes], spec: Image, generators: list[torch.Generator | None]
 ) -> None:
-    """``out[i]`` = image i at ``spec.size``: the JPEGs' regions decoded in one native call, then
-    resized; other formats (and CMYK JPEGs) as :func:`reduced_decode` decodes them."""
+    """``out[i]`` = image i at ``spec.size``: the JPEGs' regions decoded and resized into ``out`` in
+    one native call; other formats (and CMYK JPEGs) as :func:`reduced_decode` decodes them."""
     size: tuple[int, int] = spec.size  # type: ignore[assignment]
     jpegs = [i for i, data in enumerate(encoded) if _is_jpeg(data)]
     boxes: dict[int, Box] = {}
@@ -287,25 +290,28 @@ def _decode_regions_into(
             continue
         box = boxes[i] = crop_box(*header, spec, generators[i])
         regions.append((*box, *_needed(*header, box, size)))
-    fast, jpegs_kept = spec.dct == "fast", [encoded[i] for i in boxes]
+    fast, slots = spec.dct == "fast", list(boxes)
     tf_crop = fast and spec.crop != "resize"  # TensorFlow's decode_and_crop_jpeg pixels
-    decoded = image_roi.decode_regions(jpegs_kept, regions, spec.mode == "L", fast, _threads(), tf_crop)
-    results: dict[int, torch.Tensor | ValueError | None] = {
-        **dict(zip(boxes, decoded, strict=True)),
-        **failed,
-    }
+    done = image_roi.decode_regions(
+        [encoded[i] for i in slots], regions, spec.mode == "L", fast, _threads(), tf_crop, out, slots
+    )
+    native: set[int] = set()
+    for i, result in zip(slots, done, strict=True):
+        if isinstance(result, ValueError):
+            failed[i] = result
+        elif result:
+            native.add(i)
+    first_failed = min(failed, default=len(encoded))
+    # Not JPEGs, and CMYK JPEGs (with the box already drawn): the Python path, up to the first bad image.
+    python_path = [i for i in range(first_failed) if i not in native]
 
     def into(i: int) -> torch.Tensor:
-        result = results.get(i)
-        if isinstance(result, ValueError):
-            raise result
-        if result is None:  # not a JPEG, or CMYK: the Python path, with the box already drawn
-            out[i] = reduced_decode(encoded[i], spec, generators[i], boxes.get(i))
-        else:
-            out[i] = resize(result, (0, 0, *result.shape[-2:]), size)
+        out[i] = reduced_decode(encoded[i], spec, generators[i], boxes.get(i))
         return out[i]
 
-    _each(len(encoded), into)
+    _each(python_path, into)
+    if failed:
+        raise UndecodableImage(first_failed, failed[first_failed])
 
 
 def _decode_on_gpu(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] | torch.Tensor:

@@ -7,8 +7,11 @@ pixels are those of a whole decode at that scale (simplejpeg's, value for value;
 TensorFlow's ``decode_and_crop_jpeg``'s), cut as
 :func:`torch_tfrecord.codec.image_batch.resize` cuts them: one pixel of margin each side keeps
 chroma upsampling the same at the region's edges, and the rows below the region are still
-entropy-decoded, so damage anywhere in the file fails as a whole decode does. setup.py builds
-the extension where libjpeg's header is found; without it :func:`available` is False.
+entropy-decoded, so damage anywhere in the file fails as a whole decode does. Given the batch's
+output (``out``), the thread that decoded a region also resizes it into the
+image's place there, byte for byte as :func:`~torch_tfrecord.codec.image_batch.resize` (torch's
+uint8 antialiased bilinear), so one call returns the finished batch. setup.py builds the extension
+where libjpeg's header is found; without it :func:`available` is False.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["Region", "available", "decode_regions", "read_sizes"]
+__all__ = ["Region", "available", "decode_regions", "read_sizes", "resize_into"]
 
 compiled: ModuleType | None
 try:
@@ -49,8 +52,11 @@ def decode_regions(
     fast_dct: bool,
     threads: int,
     tf_crop: bool = False,
-) -> list[torch.Tensor | ValueError | None]:
-    """The regions of a batch of JPEGs, decoded on ``threads`` native threads.
+    out: torch.Tensor | None = None,
+    slots: Sequence[int] | None = None,
+) -> list[torch.Tensor | ValueError | None] | list[bool | ValueError]:
+    """The regions of a batch of JPEGs, decoded on ``threads`` native threads (and resized into
+    ``out`` when given).
 
     Args:
         encoded: the JPEGs.
@@ -61,19 +67,36 @@ def decode_regions(
         tf_crop: decode each box as TensorFlow's ``decode_and_crop_jpeg`` does (the pixels of
             :func:`~torch_tfrecord.codec.tf_jpeg.decode_jpeg_crop_fast`: the crop's left and right
             edges upsampled as the image's), not as a whole decode.
+        out: the batch, a contiguous uint8 ``[B, C, H, W]`` CPU tensor (C: 1 for ``grey``, else 3):
+            each region is resized to its size on the thread that decoded it, straight into
+            ``out[slots[k]]`` (no tensor and no Python per image).
+        slots: with ``out``, each JPEG's index in it.
 
     Returns:
-        Per JPEG: its region as a uint8 ``[C, H, W]`` tensor (a channels-last view), the error
-        libjpeg gave for it (corrupt data, warnings included), or None for a CMYK / YCCK JPEG,
-        which this path does not convert.
+        Per JPEG: its region as a uint8 ``[C, H, W]`` tensor (a channels-last view), or with
+        ``out``, True once ``out[slot]`` holds it; the error libjpeg gave for it (corrupt data,
+        warnings included); None (with ``out``: False, ``out[slot]`` left to the caller) for a
+        CMYK / YCCK JPEG, which this path does not convert.
     """
     assert compiled is not None
-    out: list[torch.Tensor | ValueError | None] = []
+    if out is not None:
+        batch = out.numpy()  # the tensor's own memory (shared memory in a DataLoader worker)
+        results = compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads, batch, slots)
+        return [ValueError(result) if isinstance(result, str) else result is True for result in results]
+    decoded: list[torch.Tensor | ValueError | None] = []
     for result in compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads):
         if result is None or isinstance(result, str):
-            out.append(None if result is None else ValueError(result))
+            decoded.append(None if result is None else ValueError(result))
             continue
         pixels, height, width, channels = result
         array = torch.frombuffer(pixels, dtype=torch.uint8)  # the decoder's own buffer: no copy
-        out.append(array.view(height, width, channels).permute(2, 0, 1))
-    return out
+        decoded.append(array.view(height, width, channels).permute(2, 0, 1))
+    return decoded
+
+
+def resize_into(image: torch.Tensor, out: torch.Tensor) -> None:
+    """``image`` (uint8 ``[C, H, W]``) resized into ``out`` (contiguous uint8 ``[C, h, w]``) by the
+    batch path's resize: torch's ``F.interpolate(bilinear, antialias=True)`` on uint8, byte for byte."""
+    assert compiled is not None
+    height, width = image.shape[-2:]
+    compiled.resize(image.permute(1, 2, 0).contiguous().numpy(), height, width, out.numpy())
