@@ -4,6 +4,9 @@ path that uses it: one native call decodes and resizes a batch into the output, 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -37,8 +40,21 @@ def channels_last(height: int, width: int, channels: int, seed: int, flat: bool 
 
 
 sides = st.integers(1, 90)
+# "simd": the loops this CPU runs (AVX2 on x86-64 here); "portable": those of CPUs without it.
+LOOPS = pytest.mark.parametrize("loops", ["simd", "portable"])
 
 
+@contextlib.contextmanager
+def using(loops: str) -> Iterator[None]:
+    assert image_roi.compiled is not None
+    before = image_roi.compiled.portable(loops == "portable")
+    try:
+        yield
+    finally:
+        image_roi.compiled.portable(before)
+
+
+@LOOPS
 @settings(max_examples=400, deadline=None)
 @given(
     height=sides,
@@ -51,28 +67,39 @@ sides = st.integers(1, 90)
     flat=st.booleans(),
 )
 def test_the_resize_is_torchs_byte_for_byte(
-    height: int, width: int, out_height: int, out_width: int, channels: int, keep: str, seed: int, flat: bool
+    loops: str,
+    height: int,
+    width: int,
+    out_height: int,
+    out_width: int,
+    channels: int,
+    keep: str,
+    seed: int,
+    flat: bool,
 ) -> None:
     out_height = height if keep == "height" else out_height
     out_width = width if keep == "width" else out_width
     image = channels_last(height, width, channels, seed, flat)
     got = torch.empty((channels, out_height, out_width), dtype=torch.uint8)
-    image_roi.resize_into(image, got)
+    with using(loops):
+        image_roi.resize_into(image, got)
     assert torch.equal(got, torch_resize(image, (out_height, out_width)))
 
 
+@LOOPS
 @pytest.mark.parametrize("channels", [3, 1])
 @pytest.mark.parametrize(
     ("height", "width"),
     [(240, 320), (480, 640), (224, 224), (224, 300), (300, 224), (97, 61), (1, 500), (500, 1), (1000, 13)],
 )
-def test_the_benchmarks_sizes_and_extremes_are_torchs(height: int, width: int, channels: int) -> None:
+def test_the_benchmarks_sizes_and_extremes_are_torchs(loops: str, height: int, width: int, channels: int) -> None:
     """Scale 1/2 of a 640x480 JPEG (the benchmark's), whole images, one axis kept, strong up- and
     downscales (up to 75 taps an output) and one-pixel sides."""
     for size in [(224, 224), (1, 224), (224, 1), (7, 300)]:
         image = channels_last(height, width, channels, height * width + size[0])
         got = torch.empty((channels, *size), dtype=torch.uint8)
-        image_roi.resize_into(image, got)
+        with using(loops):
+            image_roi.resize_into(image, got)
         assert torch.equal(got, torch_resize(image, size)), (height, width, size)
 
 

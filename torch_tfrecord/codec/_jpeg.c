@@ -411,6 +411,16 @@ static PyObject *resize(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+static PyObject *portable(PyObject *self, PyObject *arg) {
+    (void)self;
+    int only = PyObject_IsTrue(arg);
+    if (only < 0) return NULL;
+    return PyBool_FromLong(resize_portable(only));
+}
+
+PyDoc_STRVAR(portable_doc, "portable(only)\n\nWith True, the resize runs its portable loops (those of CPUs without\n"
+                           "AVX2) even where the CPU has AVX2; returns the setting before.");
+
 PyDoc_STRVAR(read_sizes_doc,
              "read_sizes(images)\n\nEach JPEG's (height, width) from its header, or libjpeg's message (str).");
 
@@ -453,6 +463,7 @@ static PyMethodDef methods[] = {
     {"decode_regions", decode_regions, METH_VARARGS, decode_regions_doc},
     {"read_sizes", read_sizes, METH_O, read_sizes_doc},
     {"resize", resize, METH_VARARGS, resize_doc},
+    {"portable", portable, METH_O, portable_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -143,6 +143,14 @@ static void horizontal_row(const uint8_t *in, uint8_t *out, int channels, const 
     }
 }
 
+static int portable_only = 0;
+
+int resize_portable(int only) {
+    int before = portable_only;
+    if (only >= 0) portable_only = only != 0;
+    return before;
+}
+
 #ifdef RESIZE_AVX2
 static int has_avx2(void) {
     static int known = -1; /* a benign race: every thread computes the same answer */
@@ -150,7 +158,7 @@ static int has_avx2(void) {
         __builtin_cpu_init();
         known = __builtin_cpu_supports("avx2") ? 1 : 0;
     }
-    return known;
+    return known && !portable_only;
 }
 
 /* The outputs whose 16-byte loads stay inside `available` bytes from a row's start. */

@@ -34,4 +34,8 @@ int resize_to_planes(const uint8_t *in, long height, long width, int channels, u
 
 void resize_scratch_free(ResizeScratch *scratch);
 
+/* only = 1: the portable loops even where the CPU has AVX2 (what other CPUs run; for tests),
+ * 0: the fastest the CPU has, -1: unchanged. Returns the setting before. */
+int resize_portable(int only);
+
 #endif
