@@ -92,7 +92,9 @@ def test_the_resize_is_torchs_byte_for_byte(
     ("height", "width"),
     [(240, 320), (480, 640), (224, 224), (224, 300), (300, 224), (97, 61), (1, 500), (500, 1), (1000, 13)],
 )
-def test_the_benchmarks_sizes_and_extremes_are_torchs(loops: str, height: int, width: int, channels: int) -> None:
+def test_the_benchmarks_sizes_and_extremes_are_torchs(
+    loops: str, height: int, width: int, channels: int
+) -> None:
     """Scale 1/2 of a 640x480 JPEG (the benchmark's), whole images, one axis kept, strong up- and
     downscales (up to 75 taps an output) and one-pixel sides."""
     for size in [(224, 224), (1, 224), (224, 1), (7, 300)]:
@@ -117,6 +119,7 @@ def test_a_batch_is_decoded_and_resized_in_one_native_call(
 
     class Counted:
         resize = image_roi.compiled.resize  # type: ignore[union-attr]
+        simd = image_roi.compiled.simd  # type: ignore[union-attr]
         read_sizes = image_roi.compiled.read_sizes  # type: ignore[union-attr]
 
         @staticmethod
@@ -138,6 +141,21 @@ def test_a_batch_is_decoded_and_resized_in_one_native_call(
     monkeypatch.setattr(image_roi, "compiled", None)  # the Python path: decode, then image_batch.resize
     with image_batch.seeded(5, list(range(8))):
         assert torch.equal(batch, image_batch.decode_images(encoded, spec))
+
+
+@pytest.mark.parametrize("crop", ["resize", "random"])
+def test_without_the_simd_resize_torch_resizes_each_region(crop: str) -> None:
+    """On a CPU without AVX2 the portable loops are slower than torch's resize: the regions are
+    decoded in one call and resized by torch, to the same bytes."""
+    spec = tt.Image("RGB", size=(96, 128), crop=crop)  # type: ignore[arg-type]
+    encoded = [photo(i, 320 + 16 * i, 240 - 8 * i, subsampling=i % 3) for i in range(6)]
+    with image_batch.seeded(5, list(range(6))):
+        native = image_batch.decode_images(encoded, spec)
+    assert image_roi.resizes_fast()
+    with using("portable"):
+        assert not image_roi.resizes_fast()
+        with image_batch.seeded(5, list(range(6))):
+            assert torch.equal(image_batch.decode_images(encoded, spec), native)
 
 
 def test_the_batch_goes_into_shared_memory_in_place() -> None:

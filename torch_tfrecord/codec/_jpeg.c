@@ -418,6 +418,14 @@ static PyObject *portable(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(resize_portable(only));
 }
 
+static PyObject *simd(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(resize_simd());
+}
+
+PyDoc_STRVAR(simd_doc, "simd()\n\nWhether the resize runs its SIMD (AVX2) loops on this CPU.");
+
 PyDoc_STRVAR(portable_doc, "portable(only)\n\nWith True, the resize runs its portable loops (those of CPUs without\n"
                            "AVX2) even where the CPU has AVX2; returns the setting before.");
 
@@ -464,6 +472,7 @@ static PyMethodDef methods[] = {
     {"read_sizes", read_sizes, METH_O, read_sizes_doc},
     {"resize", resize, METH_VARARGS, resize_doc},
     {"portable", portable, METH_O, portable_doc},
+    {"simd", simd, METH_NOARGS, simd_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -151,6 +151,10 @@ int resize_portable(int only) {
     return before;
 }
 
+#ifndef RESIZE_AVX2
+int resize_simd(void) { return 0; }
+#endif
+
 #ifdef RESIZE_AVX2
 static int has_avx2(void) {
     static int known = -1; /* a benign race: every thread computes the same answer */
@@ -160,6 +164,8 @@ static int has_avx2(void) {
     }
     return known && !portable_only;
 }
+
+int resize_simd(void) { return has_avx2(); }
 
 /* The outputs whose 16-byte loads stay inside `available` bytes from a row's start. */
 static long loads_fit(const ResizeAxis *axis, long available) {

@@ -38,4 +38,8 @@ void resize_scratch_free(ResizeScratch *scratch);
  * 0: the fastest the CPU has, -1: unchanged. Returns the setting before. */
 int resize_portable(int only);
 
+/* Whether the resize runs its SIMD loops here (AVX2 on x86-64, not switched off): where it does
+ * not, torch's own resize is the faster one. */
+int resize_simd(void);
+
 #endif

@@ -278,7 +278,8 @@ def _decode_regions_into(
     out: torch.Tensor, encoded: Sequence[bytes], spec: Image, generators: list[torch.Generator | None]
 ) -> None:
     """``out[i]`` = image i at ``spec.size``: the JPEGs' regions decoded and resized into ``out`` in
-    one native call; other formats (and CMYK JPEGs) as :func:`reduced_decode` decodes them."""
+    one native call (on a CPU without the SIMD resize, decoded in one call and resized by torch);
+    other formats (and CMYK JPEGs) as :func:`reduced_decode` decodes them."""
     size: tuple[int, int] = spec.size  # type: ignore[assignment]
     jpegs = [i for i, data in enumerate(encoded) if _is_jpeg(data)]
     boxes: dict[int, Box] = {}
@@ -292,21 +293,31 @@ def _decode_regions_into(
         regions.append((*box, *_needed(*header, box, size)))
     fast, slots = spec.dct == "fast", list(boxes)
     tf_crop = fast and spec.crop != "resize"  # TensorFlow's decode_and_crop_jpeg pixels
-    done = image_roi.decode_regions(
-        [encoded[i] for i in slots], regions, spec.mode == "L", fast, _threads(), tf_crop, out, slots
-    )
+    kept, grey = [encoded[i] for i in slots], spec.mode == "L"
     native: set[int] = set()
+    if image_roi.resizes_fast():
+        done = image_roi.decode_regions(kept, regions, grey, fast, _threads(), tf_crop, out, slots)
+    else:  # no SIMD resize on this CPU: torch's resize per region (on the pool, below)
+        done = image_roi.decode_regions(kept, regions, grey, fast, _threads(), tf_crop)
+    decoded: dict[int, torch.Tensor] = {}
     for i, result in zip(slots, done, strict=True):
         if isinstance(result, ValueError):
             failed[i] = result
+        elif isinstance(result, torch.Tensor):
+            decoded[i] = result
         elif result:
             native.add(i)
     first_failed = min(failed, default=len(encoded))
-    # Not JPEGs, and CMYK JPEGs (with the box already drawn): the Python path, up to the first bad image.
+    # Regions to resize here, not JPEGs, and CMYK JPEGs (with the box already drawn): the Python
+    # path, up to the first bad image.
     python_path = [i for i in range(first_failed) if i not in native]
 
     def into(i: int) -> torch.Tensor:
-        out[i] = reduced_decode(encoded[i], spec, generators[i], boxes.get(i))
+        region = decoded.get(i)
+        if region is not None:
+            out[i] = resize(region, (0, 0, *region.shape[-2:]), size)
+        else:
+            out[i] = reduced_decode(encoded[i], spec, generators[i], boxes.get(i))
         return out[i]
 
     _each(python_path, into)
