@@ -99,7 +99,19 @@ def make_data(root: str, count: int) -> tuple[str, list[str]]:
             with open(os.path.join(folder, f"class{i % 10}", f"{i:05d}.jpg"), "wb") as file:
                 file.write(photo(i))
         subprocess.run(
-            ["torch-tfrecord", "convert", "image-folder", folder, "--out", out, "--shards", "4", "--quiet"],
+            [
+                sys.executable,
+                "-m",
+                "torch_tfrecord",
+                "convert",
+                "image-folder",
+                folder,
+                "--out",
+                out,
+                "--shards",
+                "4",
+                "--quiet",
+            ],
             check=True,
         )
     shards = sorted(glob.glob(os.path.join(out, "**", "*.tfrecord"), recursive=True))

@@ -4,7 +4,10 @@ A training loop in the main process, ``for batch in DataLoader(ds, batch_size=No
 where ``step()`` releases the GIL and lasts ``--step-ms`` or, by default, the loading time per
 batch (the case where overlapping matters most, as the loop today takes their sum), of two
 kinds: torch work on the CPU (a loop of 256x256 float matmuls on one thread), and a sleep, which
-is what the CPU does while a GPU runs the step (it waits, with the GIL released). Two datasets:
+is what the CPU does while a GPU runs the step (it waits, with the GIL released); and where CUDA
+is available, a real GPU training step: the batch's tensor copied to the device, a small conv net
+(images) or MLP (records) forward, backward and SGD update, repeated to the step's length, then
+synchronised (as ``loss.item()`` would). Two datasets:
 
 - records: 4 shards x 20,000 Examples of ~4 KB {data: 4,096 bytes, label, 16 floats} (the data
   of ``bench_dataset.py --tf-python``), batches of 256, global shuffle;
@@ -18,6 +21,7 @@ holds the GIL per batch: a pure-Python counter runs in the main thread while a t
 the share of its rate that it loses is the share of the time the loading thread held the GIL.
 
     python benchmarks/bench_overlap.py [--dir DIR] [--rounds 3] [--step-ms MS] [--images 512]
+        [--steps sleep,cuda]
 """
 
 from __future__ import annotations
@@ -57,12 +61,61 @@ def matmuls_per_ms() -> float:
     return 50 / (best * 1000)
 
 
-def make_step(ms: float, rate: float) -> Callable[[], None]:
+Step = Callable[[Any], None]  # one training step on a batch
+
+
+def make_step(ms: float, rate: float) -> Step:
     count = max(1, round(ms * rate))
 
-    def step() -> None:
+    def step(batch: Any) -> None:
         for _ in range(count):
             torch.mm(_A, _A)
+
+    return step
+
+
+def make_cuda_step(ms: float, batch: Any) -> Step:
+    """A training step on the GPU, repeated to last about ``ms``: the batch's first tensor of 2 or
+    more dimensions to the device, forward, backward, update, synchronise."""
+    example = next(v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() >= 2)
+    key = next(k for k, v in batch.items() if v is example)
+    if example.dim() == 4:
+        model: torch.nn.Module = torch.nn.Sequential(
+            torch.nn.Conv2d(example.shape[1], 32, 3, stride=2), torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 64, 3, stride=2), torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(64, 10),
+        )  # fmt: skip
+    else:
+        model = torch.nn.Sequential(
+            torch.nn.Linear(example.shape[1], 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 10)
+        )
+    model = model.cuda()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def once(x: torch.Tensor) -> None:
+        loss = model(x).square().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    def prepare(batch: Any) -> torch.Tensor:
+        return batch[key].to("cuda", non_blocking=True).float()
+
+    x = prepare(batch)
+    for _ in range(3):
+        once(x)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(10):
+        once(x)
+    torch.cuda.synchronize()
+    repeats = max(1, round(ms / (100 * (time.perf_counter() - start))))
+
+    def step(batch: Any) -> None:
+        x = prepare(batch)
+        for _ in range(repeats):
+            once(x)
+        torch.cuda.synchronize()
 
     return step
 
@@ -72,21 +125,21 @@ def loader(make: Make, prefetch: int) -> DataLoader[Any]:
 
 
 def timed_loop(
-    make: Callable[[int], tt.TFRecordDataset], prefetch: int, step: Callable[[], None] | None
+    make: Callable[[int], tt.TFRecordDataset], prefetch: int, step: Step | None
 ) -> tuple[float, int]:
     batches = 0
     start = time.perf_counter()
-    for _ in loader(make, prefetch):
+    for batch in loader(make, prefetch):
         if step is not None:
-            step()
+            step(batch)
         batches += 1
     return time.perf_counter() - start, batches
 
 
-def timed_steps(step: Callable[[], None], batches: int) -> float:
+def timed_steps(step: Step, batch: Any, batches: int) -> float:
     start = time.perf_counter()
     for _ in range(batches):
-        step()
+        step(batch)
     return time.perf_counter() - start
 
 
@@ -123,10 +176,18 @@ def measure(name: str, make: Make, args: argparse.Namespace, rate: float) -> Non
     timed_loop(make, 0, None)  # warm-up: page cache, codec threads
     load_s, batches = timed_loop(make, 0, None)
     step_ms = args.step_ms if args.step_ms else 1000 * load_s / batches
-    steps = {"matmul": make_step(step_ms, rate), "sleep": lambda: time.sleep(step_ms / 1000)}
+    steps: dict[str, Step] = {
+        "matmul": make_step(step_ms, rate),
+        "sleep": lambda _: time.sleep(step_ms / 1000),
+    }
+    first = next(iter(loader(make, 0)))
+    if torch.cuda.is_available():
+        steps["cuda"] = make_cuda_step(step_ms, first)
+    if args.steps:
+        steps = {kind: step for kind, step in steps.items() if kind in args.steps.split(",")}
     rows: list[tuple[str, Callable[[], float]]] = [("loading alone", lambda: timed_loop(make, 0, None)[0])]
     for kind, step in steps.items():
-        rows.append((f"{kind} step alone", lambda step=step: timed_steps(step, batches)))  # type: ignore[misc]
+        rows.append((f"{kind} step alone", lambda step=step: timed_steps(step, first, batches)))  # type: ignore[misc]
         for prefetch in (0, *PREFETCH):
             label = f"{kind} loop, prefetch={prefetch}" + (" (today)" if prefetch == 0 else "")
             rows.append((label, lambda p=prefetch, s=step: timed_loop(make, p, s)[0]))  # type: ignore[misc]
@@ -155,6 +216,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--step-ms", type=float, default=0.0, help="0: the loading time per batch")
     parser.add_argument("--images", type=int, default=512)
+    parser.add_argument(
+        "--steps", default="", help="kinds of step, e.g. sleep,cuda (default: every one here)"
+    )
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)

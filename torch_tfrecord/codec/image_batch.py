@@ -114,23 +114,24 @@ def crop_box(height: int, width: int, spec: Image, generator: torch.Generator | 
 def resize(
     image: torch.Tensor, box: tuple[float, float, float, float], size: tuple[int, int]
 ) -> torch.Tensor:
-    """``image`` (uint8 CHW)'s region ``box`` (top, left, height, width, in its pixels, fractional
-    edges rounded to whole pixels) resized to ``size``, bilinear and antialiased."""
+    """``image`` (uint8 CHW, or NCHW: each image the same region)'s region ``box`` (top, left,
+    height, width, in its pixels, fractional edges rounded to whole pixels) resized to ``size``,
+    bilinear and antialiased."""
     top, left, h, w = box
     height, width = image.shape[-2:]
     y0, x0 = max(0, round(top)), max(0, round(left))
     y1, x1 = min(height, max(y0 + 1, round(top + h))), min(width, max(x0 + 1, round(left + w)))
-    region = image[:, y0:y1, x0:x1]
+    region = image[..., y0:y1, x0:x1]
     if tuple(region.shape[-2:]) == tuple(size):
         return region.contiguous()
+    batch = region if region.dim() == 4 else region[None]
     if region.device.type == "cpu":
         # uint8 in, uint8 out: torch's vectorised uint8 path (channels-last), no float copy.
-        resized = F.interpolate(region[None], size=size, mode="bilinear", antialias=True, align_corners=False)
-        return resized[0]
-    floats = F.interpolate(
-        region[None].float(), size=size, mode="bilinear", antialias=True, align_corners=False
-    )
-    return floats[0].round_().clamp_(0, 255).to(torch.uint8)
+        resized = F.interpolate(batch, size=size, mode="bilinear", antialias=True, align_corners=False)
+    else:
+        floats = F.interpolate(batch.float(), size=size, mode="bilinear", antialias=True, align_corners=False)
+        resized = floats.round_().clamp_(0, 255).to(torch.uint8)
+    return resized if region.dim() == 4 else resized[0]
 
 
 _simplejpeg = simplejpeg_module  # the scaled decode's library (None: Pillow's draft); tests patch it
@@ -361,10 +362,21 @@ def _decode_on_gpu(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] 
     full = [image for image in images if image is not None]
     if spec.size is None:
         return full
-    generators = _generators(len(full))
-    return torch.stack(
-        [
-            resize(image, crop_box(image.shape[-2], image.shape[-1], spec, generator), spec.size)  # type: ignore[arg-type]
-            for image, generator in zip(full, generators, strict=True)
-        ]
-    )
+    size: tuple[int, int] = spec.size  # type: ignore[assignment]
+    if spec.crop == "random":
+        generators = _generators(len(full))
+        return torch.stack(
+            [
+                resize(image, crop_box(image.shape[-2], image.shape[-1], spec, generator), size)
+                for image, generator in zip(full, generators, strict=True)
+            ]
+        )
+    # A resize or center crop depends on the image's size alone: one resize per group of equal sizes.
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, image in enumerate(full):
+        groups.setdefault(tuple(image.shape), []).append(i)
+    out = torch.empty((len(full), full[0].shape[0], *size), dtype=torch.uint8, device=device)
+    for shape, members in groups.items():
+        stacked = torch.stack([full[i] for i in members])
+        out[members] = resize(stacked, crop_box(shape[-2], shape[-1], spec), size)
+    return out
