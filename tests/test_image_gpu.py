@@ -2,12 +2,15 @@
 call), against the CPU path: the same shapes, the same crop boxes for the same (seed, record),
 pixels within a stated PSNR (nvJPEG's IDCT and chroma upsampling are not libjpeg's), equal-size
 images resized in one call, bad images named. Skipped where there is no CUDA device; run on a
-GPU machine (the project's CI has none)."""
+GPU machine (the project's CI has none); the check before nvJPEG runs everywhere."""
 
 from __future__ import annotations
 
+import io
 import os
 
+import numpy as np
+import PIL.Image
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,7 +20,7 @@ import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch
 from torch_tfrecord.vision import decode_image
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 pytest.importorskip("torchvision")
 
 # Measured on an H200 (torchvision 0.26's nvJPEG against libjpeg-turbo): see the closing note.
@@ -25,6 +28,7 @@ FULL_PSNR = 35.0  # whole decodes
 RESIZED_PSNR = 33.0  # after a resize (the GPU resizes floats, the CPU uint8 with int16 weights)
 
 
+@needs_cuda
 def test_gpu_decode_matches_cpu_closely() -> None:
     encoded = [photo(i) for i in range(4)] + [photo(5, fmt="PNG")]
     on_gpu = image_batch.decode_images(encoded, tt.Image(device="cuda"))
@@ -35,6 +39,7 @@ def test_gpu_decode_matches_cpu_closely() -> None:
     assert isinstance(resized, torch.Tensor) and resized.shape == (5, 3, 64, 64) and resized.is_cuda
 
 
+@needs_cuda
 @pytest.mark.parametrize("crop", ["resize", "center", "random"])
 def test_gpu_batches_are_the_cpus_within_the_bound(crop: str) -> None:
     """The same crop boxes for the same seed and records (the same generator draws), so the GPU
@@ -52,6 +57,7 @@ def test_gpu_batches_are_the_cpus_within_the_bound(crop: str) -> None:
         assert psnr(gpu[i].cpu(), cpu[i]) > RESIZED_PSNR, i
 
 
+@needs_cuda
 def test_equal_sizes_are_resized_in_one_call_with_the_per_image_pixels(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -74,6 +80,7 @@ def test_equal_sizes_are_resized_in_one_call_with_the_per_image_pixels(
         assert torch.equal(batch[i], image_batch.resize(image, box, (64, 80)))
 
 
+@needs_cuda
 def test_a_bad_jpeg_is_named_by_its_index() -> None:
     encoded = [photo(0), photo(1)[:2000] + bytes(3000), photo(2)]
     with pytest.raises(image_batch.UndecodableImage) as caught:
@@ -81,6 +88,7 @@ def test_a_bad_jpeg_is_named_by_its_index() -> None:
     assert caught.value.index == 1
 
 
+@needs_cuda
 def test_a_dataset_yields_batches_on_the_device(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(tmp_path, "images.tfrecord")
     with tt.TFRecordWriter(path) as writer:
@@ -98,3 +106,17 @@ def test_a_dataset_yields_batches_on_the_device(tmp_path: os.PathLike[str]) -> N
     for cpu, gpu in zip(batches["cpu"], batches["cuda"], strict=True):
         assert gpu["image"].is_cuda
         assert psnr(gpu["image"].cpu(), cpu["image"]) > RESIZED_PSNR
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_jpegs_cut_short_are_refused_before_nvjpeg(progressive: bool) -> None:
+    """nvJPEG decodes a truncated JPEG without a word; the check before it runs on any machine."""
+    image = PIL.Image.fromarray(np.random.default_rng(0).integers(0, 256, (120, 160, 3), dtype=np.uint8))
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", progressive=progressive, quality=90)
+    data = buffer.getvalue()
+    assert image_batch._cut_short(data) is None
+    assert image_batch._cut_short(data + bytes(16)) is None  # bytes after the end: still whole
+    for cut in (len(data) // 3, len(data) - 2):
+        error = image_batch._cut_short(data[:cut] + bytes(100))
+        assert isinstance(error, ValueError) and "Premature end of JPEG file" in str(error)

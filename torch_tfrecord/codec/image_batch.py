@@ -141,6 +141,18 @@ def _is_jpeg(data: bytes | memoryview) -> bool:
     return bytes(data[:3]) == b"\xff\xd8\xff"
 
 
+def _cut_short(data: bytes) -> ValueError | None:
+    """nvJPEG decodes a JPEG cut short without a word, where libjpeg warns (an error here): one
+    with no end-of-image marker after its last scan's start is refused before it. (Scan data
+    never holds a marker: an 0xFF there is followed by 0x00 or a restart marker.)"""
+    if data.endswith(b"\xff\xd9"):  # nearly every JPEG: no search
+        return None
+    last_scan = data.rfind(b"\xff\xda")
+    if last_scan < 0 or data.rfind(b"\xff\xd9") < last_scan:
+        return ValueError("Premature end of JPEG file: no end-of-image marker after its last scan")
+    return None
+
+
 def _needed(height: int, width: int, box: Box, size: tuple[int, int]) -> tuple[int, int]:
     """The pixels a decode of the whole image needs so that ``box`` keeps at least ``size`` of them:
     the smallest DCT scale giving these is the one to decode at."""
@@ -339,6 +351,10 @@ def _decode_on_gpu(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] 
     if spec.mode == "unchanged":
         read_mode = tvio.ImageReadMode.UNCHANGED
     jpegs = [i for i, data in enumerate(encoded) if _is_jpeg(data)]
+    for i in jpegs:
+        cut = _cut_short(bytes(encoded[i]))
+        if cut is not None:
+            raise UndecodableImage(i, cut)
     images: list[torch.Tensor | None] = [None] * len(encoded)
     if jpegs:
         tensors = [torch.frombuffer(bytearray(encoded[i]), dtype=torch.uint8) for i in jpegs]
