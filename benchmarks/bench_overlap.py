@@ -5,9 +5,8 @@ where ``step()`` releases the GIL and lasts ``--step-ms`` or, by default, the lo
 batch (the case where overlapping matters most, as the loop today takes their sum), of two
 kinds: torch work on the CPU (a loop of 256x256 float matmuls on one thread), and a sleep, which
 is what the CPU does while a GPU runs the step (it waits, with the GIL released); and where CUDA
-is available, a real GPU training step: the batch's tensor copied to the device, a small conv net
-(images) or MLP (records) forward, backward and SGD update, repeated to the step's length, then
-synchronised (as ``loss.item()`` would). Two datasets:
+is available, two real GPU steps: ``cuda-launch`` (a small model's training steps: the CPU busy
+launching kernels) and ``cuda-gpu`` (long kernels: the CPU waits), see make_cuda_step. Two datasets:
 
 - records: 4 shards x 20,000 Examples of ~4 KB {data: 4,096 bytes, label, 16 floats} (the data
   of ``bench_dataset.py --tf-python``), batches of 256, global shuffle;
@@ -21,7 +20,7 @@ holds the GIL per batch: a pure-Python counter runs in the main thread while a t
 the share of its rate that it loses is the share of the time the loading thread held the GIL.
 
     python benchmarks/bench_overlap.py [--dir DIR] [--rounds 3] [--step-ms MS] [--images 512]
-        [--steps sleep,cuda]
+        [--steps sleep,cuda-launch,cuda-gpu]
 """
 
 from __future__ import annotations
@@ -74,9 +73,12 @@ def make_step(ms: float, rate: float) -> Step:
     return step
 
 
-def make_cuda_step(ms: float, batch: Any) -> Step:
-    """A training step on the GPU, repeated to last about ``ms``: the batch's first tensor of 2 or
-    more dimensions to the device, forward, backward, update, synchronise."""
+def make_cuda_step(ms: float, batch: Any, bound: str) -> Step:
+    """A step on the GPU lasting about ``ms``: the batch's first tensor of 2 or more dimensions
+    copied to the device, then, ``bound="launch"``: a small conv net (images) or MLP (records),
+    forward, backward and SGD update, repeated (many small kernels: the CPU thread launching them
+    is busy, holding the GIL, as with a small model); ``bound="gpu"``: bf16 4096x4096 matmuls
+    (few long kernels: the CPU waits, as with a large model); then synchronise (as ``loss.item()``)."""
     example = next(v for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() >= 2)
     key = next(k for k, v in batch.items() if v is example)
     if example.dim() == 4:
@@ -91,8 +93,12 @@ def make_cuda_step(ms: float, batch: Any) -> Step:
         )
     model = model.cuda()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    big = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
 
     def once(x: torch.Tensor) -> None:
+        if bound == "gpu":
+            torch.mm(big, big)
+            return
         loss = model(x).square().mean()
         optimizer.zero_grad()
         loss.backward()
@@ -182,7 +188,8 @@ def measure(name: str, make: Make, args: argparse.Namespace, rate: float) -> Non
     }
     first = next(iter(loader(make, 0)))
     if torch.cuda.is_available():
-        steps["cuda"] = make_cuda_step(step_ms, first)
+        steps["cuda-launch"] = make_cuda_step(step_ms, first, "launch")
+        steps["cuda-gpu"] = make_cuda_step(step_ms, first, "gpu")
     if args.steps:
         steps = {kind: step for kind, step in steps.items() if kind in args.steps.split(",")}
     rows: list[tuple[str, Callable[[], float]]] = [("loading alone", lambda: timed_loop(make, 0, None)[0])]

@@ -91,7 +91,7 @@ def test_a_bad_jpeg_is_named_by_its_index() -> None:
 @needs_cuda
 def test_a_dataset_yields_batches_on_the_device(tmp_path: os.PathLike[str]) -> None:
     path = os.path.join(tmp_path, "images.tfrecord")
-    with tt.TFRecordWriter(path) as writer:
+    with tt.ExampleWriter(path) as writer:
         for i in range(40):
             writer.write({"image": photo(i), "label": i})
     batches = {}
