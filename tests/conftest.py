@@ -5,12 +5,13 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from torch_tfrecord.records import remote
 from torch_tfrecord.records.framing import encode_record
 from torch_tfrecord.support import extension as _extension
 
@@ -89,3 +90,11 @@ def each_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         pytest.skip("the native extension is not built")
     monkeypatch.setenv(_extension.ENV_VAR, request.param)
     return str(request.param)
+
+
+@pytest.fixture
+def fast_retries() -> Iterator[None]:
+    """The remote layer's retries in milliseconds (tests that inject faults would wait seconds)."""
+    previous = remote.set_retry_policy(remote.RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05))
+    yield
+    remote.set_retry_policy(previous)

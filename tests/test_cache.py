@@ -48,6 +48,8 @@ SPEC = {"id": tt.FixedLen((), torch.int64), "blob": tt.FixedLen((), bytes)}
 N = 2000
 SHARD = 250  # records per shard: 8 shards of ~260 KB
 
+pytestmark = pytest.mark.usefixtures("fast_retries")  # conftest: retries in milliseconds
+
 
 def _records(salt: int = 0) -> Iterator[dict[str, Any]]:
     for i in range(N):
@@ -65,13 +67,6 @@ def _shard_bytes(by_path: dict[str, int], suffix: str = ".tfrecord") -> int:
 def _ids(dataset: tt.TFRecordDataset, workers: int = 2) -> list[int]:
     loader = DataLoader(dataset, batch_size=None, num_workers=workers)
     return [i for batch in loader for i in batch["id"].tolist()]
-
-
-@pytest.fixture(autouse=True)
-def fast_retries() -> Iterator[None]:
-    previous = remote.set_retry_policy(remote.RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05))
-    yield
-    remote.set_retry_policy(previous)
 
 
 @pytest.fixture(scope="module")

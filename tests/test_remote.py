@@ -43,6 +43,8 @@ SPEC = {
 }
 N = 700
 
+pytestmark = pytest.mark.usefixtures("fast_retries")  # conftest: retries in milliseconds
+
 
 def _records() -> Iterator[dict[str, Any]]:
     for i in range(N):
@@ -65,13 +67,6 @@ def _epoch(dataset: tt.TFRecordDataset, workers: int = 2) -> list[tuple[int, int
         for rid, i, blob in zip(batch[tt.RECORD_ID_KEY].tolist(), batch["id"].tolist(), blobs, strict=True):
             out.append((rid, i, b"".join(blob)))
     return out
-
-
-@pytest.fixture(autouse=True)
-def fast_retries() -> Iterator[None]:
-    previous = remote.set_retry_policy(remote.RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05))
-    yield
-    remote.set_retry_policy(previous)
 
 
 @pytest.fixture(scope="module")
