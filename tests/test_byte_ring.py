@@ -106,7 +106,7 @@ def test_a_batch_too_large_for_a_ring_goes_through_the_pipe(monkeypatch: pytest.
 
 
 def test_a_column_that_is_not_all_bytes_is_pickled_beside_the_ring() -> None:
-    column = list(_column(6)) + ["text"]
+    column = [*_column(6), "text"]
     got = pickle.loads(ForkingPickler.dumps(pack_tensors({"data": column, "label": torch.arange(2)})))
     assert got["data"] == column and got["label"].tolist() == [0, 1]
 
@@ -169,7 +169,9 @@ def test_a_dataset_of_4kb_records_through_workers_equals_the_main_process(tmp_pa
     workers = list(DataLoader(ds, batch_size=None, num_workers=2))
     assert len(workers) == len(main)
     for got, want in zip(
-        sorted(workers, key=lambda b: int(b["label"][0])), sorted(main, key=lambda b: int(b["label"][0])), strict=True
+        sorted(workers, key=lambda b: int(b["label"][0])),
+        sorted(main, key=lambda b: int(b["label"][0])),
+        strict=True,
     ):
         assert list(got) == list(want) and type(got["data"]) is RowList and got["data"] == want["data"]
         for key in ("label", "score", "_padding", "_record_id"):

@@ -143,4 +143,6 @@ def test_a_large_dict_batch_leaves_in_one_shared_block_even_with_one_tensor(
     packed = pack_tensors(batch)
     assert type(packed) is RingBatch and packed["x"].is_shared() and not batch["x"].is_shared()
     received = _sent(packed)
-    assert received["x"].is_shared() and torch.equal(received["x"], batch["x"]) and received["names"] == [b"a"]
+    assert (
+        received["x"].is_shared() and torch.equal(received["x"], batch["x"]) and received["names"] == [b"a"]
+    )

@@ -94,22 +94,24 @@ def _worker_ring(total: int) -> _Ring | None:
 
 
 def _tensor_field(value: torch.Tensor) -> int | None:
-    """The dtype code of a tensor the ring carries (on the CPU, plain, of a dtype it knows);
-    None for any other."""
+    """The dtype code of a tensor the ring carries (on the CPU, plain, of a dtype it knows, not
+    in shared memory already: an image decoded into it is sent as it is); None for any other."""
     if value.device.type != "cpu" or value.layout != torch.strided or value.requires_grad:
+        return None
+    if value.untyped_storage().is_shared():
         return None
     return _CODES.get(value.dtype)
 
 
-def _plan(batch: dict[str, Any], tensors: bool) -> tuple[list[tuple[str, int, int, Any]], list[int], int]:
+def _plan(batch: dict[str, Any]) -> tuple[list[tuple[str, int, int, Any]], list[int], int]:
     """Each field's (key, place in a slot, code, shape or count), its size there, and the bytes
-    the slot needs; the tensors pickled unless ``tensors``."""
+    the slot needs."""
     fields, sizes = [], []
     total = 0
     for key, value in batch.items():
-        code, size, extra = _REST, 0, None
+        code, size, extra = _REST, 0, None  # type: tuple[int, int, Any]
         kind = type(value)
-        if kind is torch.Tensor and tensors:
+        if kind is torch.Tensor:
             dtype_code = _tensor_field(value)
             if dtype_code is not None:
                 code, size, extra = dtype_code, value.numel() * value.element_size(), tuple(value.shape)
@@ -127,12 +129,16 @@ def _plan(batch: dict[str, Any], tensors: bool) -> tuple[list[tuple[str, int, in
     return fields, sizes, total
 
 
-def place_batch(batch: dict[str, Any], tensors: bool = True) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
-    """In a worker, as ``batch`` is pickled: its ``bytes`` columns and (with ``tensors``) its
-    top-level tensors copied into the next free slot of this process's ring. Returns the arguments of :func:`receive_batch` but the last
-    and the fields left to pickle (to pass as that last one); None when the ring does not take it
-    (no field for it, too large, or no slot free)."""
-    fields, sizes, total = _plan(batch, tensors)
+def place_batch(batch: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    """In a worker, as ``batch`` is sent: its top-level tensors and ``bytes`` columns copied into
+    the next free slot of this process's ring.
+
+    Returns:
+        The arguments of :func:`receive_batch` but the last, and the fields left to pickle (to
+        pass as that last one); None when the ring does not take the batch (no field for it,
+        too large, or no slot free).
+    """
+    fields, sizes, total = _plan(batch)
     if all(code == _REST for _, _, code, _ in fields):
         return None
     with _ring_lock:
@@ -209,7 +215,7 @@ def receive_batch(
         raise RuntimeError(f"a batch from DataLoader worker {key[0]} names a ring this process never got")
     array = ring[1]
     start = _HEADER + (sequence % SLOTS) * slot_size
-    batch = {}
+    batch: dict[str, Any] = {}
     for name, place, code, extra in fields:
         at = start + place
         if code >= 0:
@@ -225,7 +231,9 @@ def receive_batch(
     return batch
 
 
-def _read_tensor(array: np.ndarray[Any, Any], at: int, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+def _read_tensor(
+    array: np.ndarray[Any, Any], at: int, dtype: torch.dtype, shape: tuple[int, ...]
+) -> torch.Tensor:
     """A copy (its own memory, writable) of the tensor written at ``at``."""
     count = math.prod(shape)
     if not count:

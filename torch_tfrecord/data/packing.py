@@ -29,10 +29,10 @@ __all__ = ["INLINE_LIMIT", "InlineBatch", "RingBatch", "pack_tensors"]
 _ALIGN = 64
 INLINE_LIMIT = 1 << 18
 """Batches whose tensors hold at most this many bytes travel through the pipe (see bench_dataset)."""
-_PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
+_PLAIN_TYPES: tuple[type, ...] = (bytes, str, int, float, bool, type(None))
+_PLAIN = frozenset(_PLAIN_TYPES)
 """Types of list items that hold no tensor: such a list is kept as it is, not walked item by item
 (unpacking a batch of 256 ``bytes`` in the main process took ~0.9 ms walking it)."""
-_PLAIN_TYPES = tuple(_PLAIN)
 
 
 class _Slot:
@@ -218,22 +218,15 @@ class RingBatch(InlineBatch):
     shared-memory slots (:func:`~torch_tfrecord.data.byte_ring.place_batch`) and unpickles as a
     plain dict of the same values. With the ring full, for a batch the ring does not take, or
     pickled any other way (``pickle``, ``copy.deepcopy``: the result may go anywhere), it
-    pickles as an :class:`InlineBatch`. Without ``tensors`` (they are in shared memory already)
-    the ring carries its ``bytes`` columns only."""
-
-    __slots__ = ("tensors",)
-
-    def __init__(self, batch: dict[str, Any], tensors: bool = True) -> None:
-        super().__init__(batch)
-        self.tensors = tensors
+    pickles as an :class:`InlineBatch`. Tensors in shared memory already are sent as they are."""
 
     def __copy__(self) -> RingBatch:
-        return RingBatch(self, self.tensors)
+        return RingBatch(self)
 
 
 def _send(batch: RingBatch) -> tuple[Any, ...]:
     """``ForkingPickler``'s reduction of a :class:`RingBatch`."""
-    placed = place_batch(batch, batch.tensors)
+    placed = place_batch(batch)
     if placed is None:
         return InlineBatch.__reduce__(batch)
     message, rest = placed
@@ -251,8 +244,8 @@ def pack_tensors(batch: Any) -> Any:
     if isinstance(batch, dict) and _tensor_bytes(batch) <= INLINE_LIMIT:
         return RingBatch(batch)  # (the common case, checked without walking the batch)
     tensors, places, total = _layout(batch)
-    if isinstance(batch, dict):  # (tensors in shared memory, images decoded into it: sent as they are)
-        return RingBatch(batch if total <= INLINE_LIMIT else _shared(batch, tensors, places, total), False)
+    if isinstance(batch, dict):
+        return RingBatch(batch if total <= INLINE_LIMIT else _shared(batch, tensors, places, total))
     return batch if len(tensors) < 2 else _shared(batch, tensors, places, total)
 
 
@@ -271,7 +264,8 @@ def _tensor_bytes(batch: dict[str, Any]) -> int:
     for value in batch.values():
         if isinstance(value, torch.Tensor):
             total += value.numel() * value.element_size()
-        elif not (type(value) in (list, RowList) and _PLAIN.issuperset(map(type, value))):
-            if not isinstance(value, _PLAIN_TYPES):
-                return INLINE_LIMIT + 1
+        elif not isinstance(value, _PLAIN_TYPES) and not (
+            type(value) in (list, RowList) and _PLAIN.issuperset(map(type, value))
+        ):
+            return INLINE_LIMIT + 1
     return total
