@@ -88,7 +88,7 @@ def _worker_ring(total: int) -> _Ring | None:
     ring = _ring
     if ring is None or ring.key[0] != os.getpid() or ring.slot_size < total:
         generation = 0 if ring is None or ring.key[0] != os.getpid() else ring.key[1] + 1
-        size = max(total + total // 4, 1 << 20)
+        size = max(total + total // 4, 1 << 16)
         ring = _ring = _Ring(-(-size // _ALIGN) * _ALIGN, generation)
     return ring
 
