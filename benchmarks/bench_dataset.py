@@ -222,6 +222,38 @@ class _TensorFlow:
         self.process.wait()
 
 
+class _Persistent:
+    """Passes of one DataLoader with ``persistent_workers=True`` (2 workers, started in the warm-up
+    round), and the CPU seconds its workers spent in the last pass (read from /proc: they live on)."""
+
+    def __init__(self, paths: list[str], name: str) -> None:
+        dataset = tt.TFRecordDataset(paths, spec=VS_TF_SPECS[name], batch_size=BATCH, drop_last=False)
+        self.loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+        self.worker_seconds = 0.0
+
+    def __call__(self) -> int:
+        before = self._workers_cpu()
+        n = count(self.loader)
+        self.worker_seconds = self._workers_cpu() - before
+        return n
+
+    def close(self) -> None:
+        """Ends the workers (they hold, forked, the pipes of the TensorFlow processes started before)."""
+        if self.loader._iterator is not None:
+            self.loader._iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+    def _workers_cpu(self) -> float:
+        iterator = self.loader._iterator
+        if iterator is None:
+            return 0.0
+        total = 0
+        for worker in iterator._workers:  # type: ignore[attr-defined]
+            with open(f"/proc/{worker.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+        return total / os.sysconf("SC_CLK_TCK")
+
+
 def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bool = False) -> None:
     datasets = {name: make_vs_tf_data(directory, name) for name in VS_TF_SPECS}
     servers = {mode: _TensorFlow(tf_python, datasets, mode) for mode in _TF_LABELS}
@@ -254,6 +286,8 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bo
                         ),
                     )
                 )
+        if sys.platform == "linux":
+            pipelines.append((name, "ours, file order, 2 persistent workers", _Persistent(paths, name)))
     # Per row and round: wall seconds, CPU seconds of this process (of TensorFlow's, for its rows)
     # and of the DataLoader workers (ended, so counted as this process's children).
     times: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
@@ -267,14 +301,19 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bo
             if label.startswith("TensorFlow"):
                 server = servers["serial" if "serial" in label else "autotune"]
                 took = (*server.seconds, 0.0)
+            elif isinstance(function, _Persistent):
+                took = (took[0], took[1], function.worker_seconds)
             if round_:
                 times.setdefault((name, label), []).append(took)
                 records[(name, label)] = n
         loads.append(os.getloadavg()[0])
+    for _, _, function in pipelines:
+        if isinstance(function, _Persistent):
+            function.close()
     for server in servers.values():
         server.close()
     print(f"load average (1 min) after each round: {', '.join(f'{load:.1f}' for load in loads)}")
-    header = f"{'data':4} {'pipeline':36} {'records':>7} {'median s':>9} {'records/s':>10}"
+    header = f"{'data':4} {'pipeline':38} {'records':>7} {'median s':>9} {'records/s':>10}"
     print(f"{header} {'x TF best':>9} {'x order':>7} {'main ms/b':>9} {'workers ms/b':>12}")
 
     def median(key: tuple[str, str], column: int) -> float:
@@ -290,7 +329,7 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bo
         order = rate(key) / rate((name, base)) if (name, base) in records else 1.0
         batches = -(-records[key] // BATCH)
         print(
-            f"{name:4} {label:36} {records[key]:>7} {median(key, 0):>9.3f} {rate(key):>10,.0f} "
+            f"{name:4} {label:38} {records[key]:>7} {median(key, 0):>9.3f} {rate(key):>10,.0f} "
             f"{rate(key) / best_tf:>9.2f} {order:>7.2f} {1000 * median(key, 1) / batches:>9.3f} "
             f"{1000 * median(key, 2) / batches:>12.3f}"
         )
