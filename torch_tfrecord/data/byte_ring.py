@@ -164,6 +164,8 @@ def place_batch(batch: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]
 
 def _write_tensor(ring: _Ring, at: int, size: int, value: torch.Tensor) -> None:
     """Copies the tensor's values, in order, to ``at`` (``size`` bytes)."""
+    if not size:
+        return
     if value.is_contiguous() and not value.is_conj() and not value.is_neg() and value.nbytes == size:
         ctypes.memmove(ring.address + at, value.data_ptr(), size)  # a tenth of a torch copy's cost
     else:  # strided, conjugate or negative views: torch resolves them
