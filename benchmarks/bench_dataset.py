@@ -20,14 +20,17 @@ table against TensorFlow: 4 shards x 20,000 Examples of ~35 bytes {label: int64,
 and of ~4 KB {data: 4,096 bytes, label: int64, floats: 16 floats}; ours
 ``TFRecordDataset(batch_size=256)`` through ``DataLoader(batch_size=None)`` (construction
 included) in file order and with ``shuffle="global"``, with 0, 1 and 2 workers, and with
-``shuffle="block:1024"`` and ``"block:8192"`` in the main process; TensorFlow
-``TFRecordDataset(paths).batch(256).map(parse_example)`` (one intra- and one inter-op thread) in
-a process that stays up, so that every round times each pipeline back to back: one warm-up
-round, then ``--repeats`` rounds, medians, ratios within the run. Also the CPU seconds of each
-pass (all threads; with workers, theirs too) and the rate per CPU second against TensorFlow's,
-which a machine loaded by others disturbs far less than wall time.
+``shuffle="block:1024"`` and ``"block:8192"`` in the main process (``--workers-only``: file
+order with 0 and 2 workers, global shuffle with 2); TensorFlow two ways, each in a process that
+stays up: serial, ``TFRecordDataset(paths).batch(256).map(parse_example)`` with one intra- and
+one inter-op thread, and AUTOTUNE, its default threads and its documented fast path
+(``num_parallel_reads``, ``num_parallel_calls`` and ``prefetch``, all AUTOTUNE). Every round
+times each pipeline back to back: one warm-up round, then ``--repeats`` rounds, medians, ratios
+to the faster TensorFlow pipeline of the run. Also the CPU milliseconds per batch of 256 in the
+main process (all its threads; TensorFlow's process for its rows) and in the DataLoader workers
+(together), which a machine loaded by others disturbs less than wall time.
 
-    python benchmarks/bench_dataset.py --tf-python /tmp/tfvenv/bin/python [--dir DIR] [--repeats 3]
+    python benchmarks/bench_dataset.py --tf-python /tmp/tfvenv/bin/python [--workers-only] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -141,22 +144,33 @@ _VS_TF_PARSE = {
     " 'floats': tf.io.FixedLenFeature([16], tf.float32)}",
 }
 # Stays up: each line on stdin names a data set; it answers with records and seconds of one pass.
+# argv[3] "serial": one intra- and one inter-op thread, the plain pipeline; "autotune": TensorFlow's
+# default threads and its documented fast path (parallel reads and map, prefetch, all AUTOTUNE).
 _TF_SERVER = """
 import sys, time
 import tensorflow as tf
-tf.config.threading.set_intra_op_parallelism_threads(1)
-tf.config.threading.set_inter_op_parallelism_threads(1)
+serial = sys.argv[3] == "serial"
+if serial:
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
 specs = {name: eval(text) for name, text in eval(sys.argv[1]).items()}
 paths = eval(sys.argv[2])
+auto = tf.data.AUTOTUNE
 for line in sys.stdin:
     name = line.strip()
     start, cpu = time.perf_counter(), time.process_time()
     n = 0
     parse = lambda x: tf.io.parse_example(x, specs[name])
-    for batch in tf.data.TFRecordDataset(paths[name]).batch(256).map(parse):
+    if serial:
+        pipeline = tf.data.TFRecordDataset(paths[name]).batch(256).map(parse)
+    else:
+        pipeline = tf.data.TFRecordDataset(paths[name], num_parallel_reads=auto).batch(256)
+        pipeline = pipeline.map(parse, num_parallel_calls=auto).prefetch(auto)
+    for batch in pipeline:
         n += int(batch['label'].shape[0])
     print(n, time.perf_counter() - start, time.process_time() - cpu, flush=True)
 """
+_TF_LABELS = {"serial": "TensorFlow serial batch.map", "autotune": "TensorFlow AUTOTUNE"}
 
 
 def make_vs_tf_data(directory: str, name: str) -> list[str]:
@@ -181,33 +195,81 @@ def make_vs_tf_data(directory: str, name: str) -> list[str]:
     return paths
 
 
-def vs_tensorflow(tf_python: str, directory: str, repeats: int) -> None:
-    datasets = {name: make_vs_tf_data(directory, name) for name in VS_TF_SPECS}
-    server = subprocess.Popen(
-        [tf_python, "-c", _TF_SERVER, repr(_VS_TF_PARSE), repr(datasets)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
-    )
-    assert server.stdin is not None and server.stdout is not None
+class _TensorFlow:
+    """A TensorFlow process that stays up and times one pass over a data set when asked."""
 
-    def tensorflow(name: str) -> int:
-        server.stdin.write(name + "\n")  # type: ignore[union-attr]
-        server.stdin.flush()  # type: ignore[union-attr]
-        n, seconds, cpu = server.stdout.readline().split()  # type: ignore[union-attr]
-        tensorflow.seconds = float(seconds), float(cpu)  # type: ignore[attr-defined]
+    def __init__(self, tf_python: str, datasets: dict[str, list[str]], mode: str) -> None:
+        self.process = subprocess.Popen(
+            [tf_python, "-c", _TF_SERVER, repr(_VS_TF_PARSE), repr(datasets), mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""},
+        )
+        self.seconds = (0.0, 0.0)
+
+    def __call__(self, name: str) -> int:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(name + "\n")
+        self.process.stdin.flush()
+        n, seconds, cpu = self.process.stdout.readline().split()
+        self.seconds = float(seconds), float(cpu)  # its own clocks, no pipe
         return int(n)
 
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
+
+
+class _Persistent:
+    """Passes of one DataLoader with ``persistent_workers=True`` (2 workers, started in the warm-up
+    round), and the CPU seconds its workers spent in the last pass (read from /proc: they live on)."""
+
+    def __init__(self, paths: list[str], name: str) -> None:
+        dataset = tt.TFRecordDataset(paths, spec=VS_TF_SPECS[name], batch_size=BATCH, drop_last=False)
+        self.loader = DataLoader(dataset, batch_size=None, num_workers=2, persistent_workers=True)
+        self.worker_seconds = 0.0
+
+    def __call__(self) -> int:
+        before = self._workers_cpu()
+        n = count(self.loader)
+        self.worker_seconds = self._workers_cpu() - before
+        return n
+
+    def close(self) -> None:
+        """Ends the workers (they hold, forked, the pipes of the TensorFlow processes started before)."""
+        if self.loader._iterator is not None:
+            self.loader._iterator._shutdown_workers()  # type: ignore[attr-defined]
+
+    def _workers_cpu(self) -> float:
+        iterator = self.loader._iterator
+        if iterator is None:
+            return 0.0
+        total = 0
+        for worker in iterator._workers:  # type: ignore[attr-defined]
+            with open(f"/proc/{worker.pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime in clock ticks
+        return total / os.sysconf("SC_CLK_TCK")
+
+
+def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bool = False) -> None:
+    datasets = {name: make_vs_tf_data(directory, name) for name in VS_TF_SPECS}
+    servers = {mode: _TensorFlow(tf_python, datasets, mode) for mode in _TF_LABELS}
     pipelines: list[tuple[str, str, Callable[[], int]]] = []
     for name, paths in datasets.items():
-        pipelines.append((name, "TensorFlow batch(256).map(parse)", lambda name=name: tensorflow(name)))
-        for shuffle, label, worker_counts in (
+        for mode, server in servers.items():
+            pipelines.append((name, _TF_LABELS[mode], lambda name=name, server=server: server(name)))  # type: ignore[misc]
+        rows: tuple[tuple[Any, str, tuple[int, ...]], ...] = (
             (False, "file order", WORKERS),
             ("global", "global shuffle", WORKERS),
             ("block:1024", "block:1024 shuffle", (0,)),
             ("block:8192", "block:8192 shuffle", (0,)),
-        ):
+        )
+        if workers_only:
+            rows = ((False, "file order", (0, 2)), ("global", "global shuffle", (2,)))
+        for shuffle, label, worker_counts in rows:
             for workers in worker_counts:
                 pipelines.append(
                     (
@@ -224,43 +286,59 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int) -> None:
                         ),
                     )
                 )
-    seconds: dict[tuple[str, str], list[float]] = {}
-    cpu_seconds: dict[tuple[str, str], list[float]] = {}
+        if sys.platform == "linux":
+            pipelines.append((name, "ours, file order, 2 persistent workers", _Persistent(paths, name)))
+    # Per row and round: wall seconds, CPU seconds of this process (of TensorFlow's, for its rows)
+    # and of the DataLoader workers (ended, so counted as this process's children).
+    times: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     records: dict[tuple[str, str], int] = {}
+    loads = []
     for round_ in range(repeats + 1):  # round 0 warms up (page cache, imports, TF's graph)
         for name, label, function in pipelines:
-            start, cpu = time.perf_counter(), _cpu_seconds()
+            start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
             n = function()
-            took = time.perf_counter() - start, _cpu_seconds() - cpu
+            took = (time.perf_counter() - start, time.process_time() - cpu, _children_cpu() - children)
             if label.startswith("TensorFlow"):
-                took = tensorflow.seconds  # type: ignore[attr-defined]  # its own clocks, no pipe
+                server = servers["serial" if "serial" in label else "autotune"]
+                took = (*server.seconds, 0.0)
+            elif isinstance(function, _Persistent):
+                took = (took[0], took[1], function.worker_seconds)
             if round_:
-                seconds.setdefault((name, label), []).append(took[0])
-                cpu_seconds.setdefault((name, label), []).append(took[1])
+                times.setdefault((name, label), []).append(took)
                 records[(name, label)] = n
-    server.stdin.close()
-    server.wait()
-    header = f"{'data':4} {'pipeline':36} {'records':>7} {'median s':>9} {'records/s':>10}"
-    print(f"{header} {'x TF':>6} {'x order':>7} {'cpu s':>6} {'x TF cpu':>8}")
-    tf_label = pipelines[0][1]
+        loads.append(os.getloadavg()[0])
+    for _, _, function in pipelines:
+        if isinstance(function, _Persistent):
+            function.close()
+    for server in servers.values():
+        server.close()
+    print(f"load average (1 min) after each round: {', '.join(f'{load:.1f}' for load in loads)}")
+    header = f"{'data':4} {'pipeline':38} {'records':>7} {'median s':>9} {'records/s':>10}"
+    print(f"{header} {'x TF best':>9} {'x order':>7} {'main ms/b':>9} {'workers ms/b':>12}")
+
+    def median(key: tuple[str, str], column: int) -> float:
+        return statistics.median(took[column] for took in times[key])
+
+    def rate(key: tuple[str, str]) -> float:
+        return records[key] / median(key, 0)
+
     for name, label, _ in pipelines:
-        n = records[(name, label)]
-        rate = n / statistics.median(seconds[(name, label)])
-        cpu = statistics.median(cpu_seconds[(name, label)])
-        tf_rate = records[(name, tf_label)] / statistics.median(seconds[(name, tf_label)])
-        tf_cpu_rate = records[(name, tf_label)] / statistics.median(cpu_seconds[(name, tf_label)])
+        key = (name, label)
+        best_tf = max(rate((name, tf_label)) for tf_label in _TF_LABELS.values())
         base = re.sub(r"^ours, [^,]+,", "ours, file order,", label)
-        order_rate = records[(name, base)] / statistics.median(seconds[(name, base)])
+        order = rate(key) / rate((name, base)) if (name, base) in records else 1.0
+        batches = -(-records[key] // BATCH)
         print(
-            f"{name:4} {label:36} {n:>7} {n / rate:>9.3f} {rate:>10,.0f} "
-            f"{rate / tf_rate:>6.2f} {rate / order_rate:>7.2f} {cpu:>6.3f} {n / cpu / tf_cpu_rate:>8.2f}"
+            f"{name:4} {label:38} {records[key]:>7} {median(key, 0):>9.3f} {rate(key):>10,.0f} "
+            f"{rate(key) / best_tf:>9.2f} {order:>7.2f} {1000 * median(key, 1) / batches:>9.3f} "
+            f"{1000 * median(key, 2) / batches:>12.3f}"
         )
 
 
-def _cpu_seconds() -> float:
-    """CPU time of this process and of its ended children (DataLoader workers, once joined)."""
+def _children_cpu() -> float:
+    """CPU seconds of this process's ended children (DataLoader workers, once joined)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return time.process_time() + children.ru_utime + children.ru_stime
+    return children.ru_utime + children.ru_stime
 
 
 def main() -> None:
@@ -268,12 +346,17 @@ def main() -> None:
     parser.add_argument("--dir")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tf-python", help="a Python with TensorFlow: the table against it instead")
+    parser.add_argument(
+        "--workers-only",
+        action="store_true",
+        help="with --tf-python: only file order with 0 and 2 workers and global shuffle with 2",
+    )
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
     if args.tf_python:
         torch.set_num_threads(1)
-        vs_tensorflow(args.tf_python, directory, args.repeats)
+        vs_tensorflow(args.tf_python, directory, args.repeats, args.workers_only)
         return
     torch.set_num_threads(1)
     rows = []

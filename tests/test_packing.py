@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import torch_tfrecord as tt
 from torch_tfrecord.data import packing as _packing
-from torch_tfrecord.data.packing import InlineBatch, pack_tensors
+from torch_tfrecord.data.packing import InlineBatch, RingBatch, pack_tensors
 
 
 def _sent(batch: Any) -> Any:
@@ -54,7 +54,7 @@ def test_a_sent_batch_keeps_values_dtypes_shapes_and_structure(
     monkeypatch.setattr(_packing, "INLINE_LIMIT", limit)
     batch = _example_batch()
     packed = pack_tensors(batch)
-    assert isinstance(packed, InlineBatch) == (limit > 0)
+    assert type(packed) is RingBatch  # the ring carries the top-level tensors of both
     received = _sent(packed)
     assert type(received) is dict
     _check_same(received, batch)
@@ -131,5 +131,18 @@ def test_an_inline_batch_sends_what_numpy_cannot_hold_in_one_block() -> None:
 
 def test_pack_leaves_a_single_tensor_alone(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_packing, "INLINE_LIMIT", -1)
-    batch = {"x": torch.ones(2), "names": ["a"]}
-    assert pack_tensors(batch)["x"] is batch["x"]
+    batch = (torch.ones(2), ["a"])
+    assert pack_tensors(batch)[0] is batch[0]  # torch moves it to shared memory as it is sent
+
+
+def test_a_large_dict_batch_leaves_in_one_shared_block_even_with_one_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_packing, "INLINE_LIMIT", -1)
+    batch = {"x": torch.ones(2), "names": [b"a"]}
+    packed = pack_tensors(batch)
+    assert type(packed) is RingBatch and packed["x"].is_shared() and not batch["x"].is_shared()
+    received = _sent(packed)
+    assert (
+        received["x"].is_shared() and torch.equal(received["x"], batch["x"]) and received["names"] == [b"a"]
+    )

@@ -25,7 +25,7 @@ import torch
 from torch.utils.data._utils.collate import default_convert
 
 from ..codec.selection import RowList
-from .byte_ring import RingBytes
+from .packing import InlineBatch
 
 __all__ = ["calling_fetcher", "convert", "requested_batch_size", "use_fast_convert"]
 
@@ -83,6 +83,8 @@ def convert(data: Any) -> Any:
     each value that is a tensor is kept, a list of plain values is copied at once, anything
     else goes to ``default_convert``.
     """
+    if isinstance(data, InlineBatch):  # packed to leave a worker: the main process gets new copies
+        return data
     if not isinstance(data, dict):
         return default_convert(data)  # type: ignore[no-untyped-call]
     try:
@@ -94,7 +96,7 @@ def convert(data: Any) -> Any:
 
 
 def _value(value: Any) -> Any:
-    if isinstance(value, torch.Tensor) or type(value) is RingBytes:  # (RingBytes: packed to leave a worker)
+    if isinstance(value, torch.Tensor):
         return value
     if type(value) in _LISTS and _LEAVES.issuperset(map(type, value)):
         return type(value)(value)  # default_convert's copy of the list, item for item

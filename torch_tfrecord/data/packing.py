@@ -3,15 +3,18 @@
 A worker moves every tensor storage it sends into shared memory, one segment (and one file
 descriptor, fetched by the main process over a socket) per storage, which costs far more than
 the copy: ~0.4 ms per tensor on a small machine, against a few microseconds to copy a batch.
-So a small batch travels inside the pickle through the worker's pipe, its tensors as NumPy
-arrays (no shared memory at all, :class:`InlineBatch`), and a large one's tensors as views of
-one shared-memory block. Columns of ``bytes`` values travel in the worker's
-ring of shared-memory slots (:mod:`.byte_ring`), not through the pipe.
+So a batch (a dict) travels in the worker's ring of shared-memory slots (:mod:`.byte_ring`, a
+:class:`RingBatch`): its tensors and ``bytes`` columns copied into a slot, a few hundred bytes
+through the pipe. When the ring does not take it (a full ring, a huge batch), it travels inside
+the pickle (:class:`InlineBatch`), its tensors as NumPy arrays. Tensors of more than
+:data:`INLINE_LIMIT` bytes in all first become views of one shared-memory block, which the main
+process maps rather than copies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
@@ -19,14 +22,15 @@ import torch
 
 from ..codec.ragged import Ragged
 from ..codec.selection import RowList
-from .byte_ring import byte_columns
+from .byte_ring import place_batch, receive_batch
 
-__all__ = ["INLINE_LIMIT", "InlineBatch", "pack_tensors"]
+__all__ = ["INLINE_LIMIT", "InlineBatch", "RingBatch", "pack_tensors"]
 
 _ALIGN = 64
 INLINE_LIMIT = 1 << 18
 """Batches whose tensors hold at most this many bytes travel through the pipe (see bench_dataset)."""
-_PLAIN = frozenset({bytes, str, int, float, bool, type(None)})
+_PLAIN_TYPES: tuple[type, ...] = (bytes, str, int, float, bool, type(None))
+_PLAIN = frozenset(_PLAIN_TYPES)
 """Types of list items that hold no tensor: such a list is kept as it is, not walked item by item
 (unpacking a batch of 256 ``bytes`` in the main process took ~0.9 ms walking it)."""
 
@@ -208,19 +212,60 @@ def _unpack(payload: bytearray, structure: dict[str, Any]) -> dict[str, Any]:
     return _map(structure, leaf, _keep)  # type: ignore[no-any-return]
 
 
+class RingBatch(InlineBatch):
+    """A batch (a dict) that, sent from a DataLoader worker (pickled by multiprocessing's
+    ``ForkingPickler``, which sends it to the main process), travels in the worker's ring of
+    shared-memory slots (:func:`~torch_tfrecord.data.byte_ring.place_batch`) and unpickles as a
+    plain dict of the same values. With the ring full, for a batch the ring does not take, or
+    pickled any other way (``pickle``, ``copy.deepcopy``: the result may go anywhere), it
+    pickles as an :class:`InlineBatch`. Tensors in shared memory already are sent as they are."""
+
+    def __copy__(self) -> RingBatch:
+        return RingBatch(self)
+
+
+def _send(batch: RingBatch) -> tuple[Any, ...]:
+    """``ForkingPickler``'s reduction of a :class:`RingBatch`."""
+    placed = place_batch(batch)
+    if placed is None:
+        return InlineBatch.__reduce__(batch)
+    message, rest = placed
+    return (receive_batch, (*message, InlineBatch(rest) if rest else rest))
+
+
+ForkingPickler.register(RingBatch, _send)
+
+
 def pack_tensors(batch: Any) -> Any:
-    """The same structure (dicts, lists, tuples, Ragged), ready to leave a worker: a dict whose
-    tensors hold at most :data:`INLINE_LIMIT` bytes as an :class:`InlineBatch`, otherwise its
-    CPU tensors as views of one shared-memory block; its ``bytes`` columns, if large, as
-    :class:`~torch_tfrecord.data.byte_ring.RingBytes`."""
-    if isinstance(batch, dict):
-        batch = byte_columns(batch)
+    """The same structure (dicts, lists, tuples, Ragged), ready to leave a worker: a dict as a
+    :class:`RingBatch`, its tensors first moved into one shared-memory block when they hold more
+    than :data:`INLINE_LIMIT` bytes; another structure's CPU tensors as views of one
+    shared-memory block (when there are several)."""
+    if isinstance(batch, dict) and _tensor_bytes(batch) <= INLINE_LIMIT:
+        return RingBatch(batch)  # (the common case, checked without walking the batch)
     tensors, places, total = _layout(batch)
-    if isinstance(batch, dict) and total <= INLINE_LIMIT:
-        return InlineBatch(batch)
-    if len(tensors) < 2:
-        return batch
-    # Allocated in shared memory already, so sending it to the main process copies nothing.
+    if isinstance(batch, dict):
+        return RingBatch(batch if total <= INLINE_LIMIT else _shared(batch, tensors, places, total))
+    return batch if len(tensors) < 2 else _shared(batch, tensors, places, total)
+
+
+def _shared(batch: Any, tensors: list[torch.Tensor], places: dict[int, int], total: int) -> Any:
+    """``batch`` with ``tensors`` as views of one new shared-memory block (so that sending them
+    to the main process copies nothing)."""
     block = torch.empty(total, dtype=torch.uint8).share_memory_()  # type: ignore[no-untyped-call]
     views = _views(block, tensors, places)
     return _map(batch, lambda t: views.get(id(t), t), _keep)
+
+
+def _tensor_bytes(batch: dict[str, Any]) -> int:
+    """The bytes of the batch's tensors when they are all top-level values (an upper bound of
+    what :func:`_layout` counts), else more than :data:`INLINE_LIMIT`."""
+    total = 0
+    for value in batch.values():
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+        elif not isinstance(value, _PLAIN_TYPES) and not (
+            type(value) in (list, RowList) and _PLAIN.issuperset(map(type, value))
+        ):
+            return INLINE_LIMIT + 1
+    return total

@@ -26,6 +26,11 @@ import sys
 import threading
 import time
 
+# Every DataLoader worker seeds NumPy's global generator as it starts (torch's worker loop calls
+# numpy.random.seed), importing numpy.random if the main process has not: 12 ms of CPU in each
+# worker of each epoch (without persistent_workers), 0.08 ms per batch of an epoch of 313 small
+# batches with 2 workers. Imported here once, forked workers inherit it.
+import numpy.random  # noqa: F401
 from torch.utils.data import get_worker_info
 
 __all__ = ["end_with_parent"]

@@ -1010,6 +1010,62 @@ done:
     return out;
 }
 
+/* join_into(values, out, cuts) -> total: copies the bytes values of the list `values` into `out`
+ * back to back, without the GIL, and writes into the int64 buffer `cuts` (3 n + 1 entries) each
+ * value's (start, length) span then the rows 0..n (bytes_rows' arguments for cutting them out
+ * again). -1 when an item is not exactly bytes, -2 when they do not fit in `out` or `cuts`. */
+static PyObject *py_join_into(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *values, *out_obj, *cuts_obj;
+    if (!PyArg_ParseTuple(args, "O!OO:join_into", &PyList_Type, &values, &out_obj, &cuts_obj)) return NULL;
+    Py_buffer out = {0}, cuts = {0};
+    PyObject *result = NULL, **held = NULL;
+    Py_ssize_t n = PyList_GET_SIZE(values), total = 0, taken = 0;
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_WRITABLE) < 0) return NULL;
+    if (PyObject_GetBuffer(cuts_obj, &cuts, PyBUF_WRITABLE) < 0) goto done;
+    if (cuts.len / 8 < 3 * n + 1) {
+        result = PyLong_FromLong(-2);
+        goto done;
+    }
+    held = PyMem_Malloc(sizeof(PyObject *) * (size_t)(n ? n : 1));
+    if (!held) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *span = (int64_t *)cuts.buf, *row = span + 2 * n;
+    for (; taken < n; taken++) {
+        PyObject *item = PyList_GET_ITEM(values, taken);
+        if (!PyBytes_CheckExact(item)) break;
+        Py_ssize_t len = PyBytes_GET_SIZE(item);
+        if (len > out.len - total) {
+            result = PyLong_FromLong(-2);
+            goto done;
+        }
+        Py_INCREF(item);  /* the list may change while the GIL is released below */
+        held[taken] = item;
+        span[2 * taken] = total;
+        span[2 * taken + 1] = len;
+        row[taken] = taken;
+        total += len;
+    }
+    if (taken < n) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    row[n] = n;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++)
+        memcpy((char *)out.buf + span[2 * i], PyBytes_AS_STRING(held[i]), (size_t)span[2 * i + 1]);
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(total);
+done:
+    for (Py_ssize_t i = 0; i < taken; i++) Py_DECREF(held[i]);
+    PyMem_Free(held);
+    PyBuffer_Release(&out);
+    if (cuts.obj) PyBuffer_Release(&cuts);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Batch reads: file regions into one buffer (read_into, copy_ranges, gather) */
 
@@ -1728,6 +1784,8 @@ static PyMethodDef methods[] = {
      "decode(buffer, starts, lengths, columns, framed=False, verify_crc=True, sequence=False)\n"
      "-> list of (status, rows, values, steps) per column, or (error, record, column)."},
     {"bytes_rows", py_bytes_rows, METH_VARARGS, "bytes_rows(buffer, spans, rows, scalar) -> list"},
+    {"join_into", py_join_into, METH_VARARGS,
+     "join_into(values, out, cuts) -> total: bytes values into out, their spans and rows into cuts"},
     {"read_into", py_read_into, METH_VARARGS, "read_into(fd, offsets, sizes, out, out_start) -> regions read"},
     {"copy_ranges", py_copy_ranges, METH_VARARGS, "copy_ranges(source, starts, sizes, out, targets)"},
     {"gather", py_gather, METH_VARARGS,
