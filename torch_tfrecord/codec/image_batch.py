@@ -253,7 +253,9 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
     if spec.size is None:
         return _each(range(len(encoded)), lambda i: decode_image(encoded[i], spec.mode, spec.dct))
     # Only random crops draw: the other crops need no generator per image.
-    generators = _generators(len(encoded)) if spec.crop == "random" else [None] * len(encoded)
+    generators: list[torch.Generator | None] = [None] * len(encoded)
+    if spec.crop == "random":
+        generators = _generators(len(encoded))
     out_h, out_w = spec.size  # type: ignore[misc]
     channels = 3 if spec.mode == "RGB" else 1
     out = torch.empty((len(encoded), channels, out_h, out_w), dtype=torch.uint8)
