@@ -37,7 +37,7 @@ from torch_tfrecord.data.cache_plan import shard_uses
 from torch_tfrecord.data.order import EpochPlan, WorkerSlice
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key, parse_size
-from torch_tfrecord.records.remote.cached import download, file_version
+from torch_tfrecord.records.remote.cached import CachedFile, download, file_version
 from torch_tfrecord.records.remote.eviction import choose_victims, next_use
 
 pytest.importorskip("s3fs")
@@ -348,6 +348,37 @@ def test_a_download_killed_at_any_moment_leaves_nothing_read_as_data(
                 assert Path(entry.path).read_bytes() == truth
     path = download(ShardCache(str(tmp_path / "cache0")), url, len(truth), version, options)
     assert path is not None and Path(path).read_bytes() == truth
+
+
+def test_a_download_that_ends_while_a_reader_looks_is_read_from_the_copy(
+    s3: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that finds no copy, then no download (it ended just then: its copy appeared by a
+    rename before its lock was let go), reads the copy. Before, it read from the store (through
+    read-ahead: up to a whole shard again), the likely cause of the one failure seen of
+    test_the_default_fetches_each_shard_once_per_epoch (more than 1.1x the data, under load)."""
+    endpoint, _ = s3
+    url = "s3://bucket/c/train-00000-of-00008.tfrecord"
+    with FaultProxy(endpoint) as proxy:
+        options = _options(proxy)
+        info = remote.file_info(url, options)
+        cache = ShardCache(tmp_path / "cache")
+        shard = CachedFile(url, int(info["size"]), file_version(info), options, cache)
+        assert shard.wait() is not None  # the copy, complete
+        proxy.reset()
+        local_path = shard.local_path
+        looks = 0
+
+        def racing() -> str | None:
+            nonlocal looks
+            looks += 1
+            return None if looks == 1 else local_path()  # the first look: before the rename
+
+        monkeypatch.setattr(shard, "local_path", racing)
+        [data] = shard.read_ranges([0], [4096])
+        assert _shard_bytes(proxy.get_bytes_by_path) == 0
+    with open(local_path() or "", "rb") as copy:
+        assert data == copy.read(4096)
 
 
 def test_a_changed_object_is_fetched_again(s3: tuple[str, int], tmp_path: Path) -> None:

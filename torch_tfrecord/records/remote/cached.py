@@ -258,7 +258,7 @@ class CachedFile:
         if not len(starts):
             return []
         end = max(start + size for start, size in zip(starts, sizes, strict=True))
-        written, since = -1, time.monotonic()
+        written, since, rechecked = -1, time.monotonic(), False
         while True:
             path = self.local_path()
             if path is not None:
@@ -272,6 +272,11 @@ class CachedFile:
                 if data is not None:
                     return data
             downloading = part >= 0 or self._fetching_here() or self._fetching_elsewhere()
+            if not downloading and not rechecked and self.local_path() is not None:
+                # The download ended between the first look and now (its copy appears by a rename
+                # before its lock is let go): read the copy, not the store.
+                rechecked = True
+                continue
             if not downloading or end - max(part, 0) > _WAIT_AHEAD:
                 break
             if part != written:
