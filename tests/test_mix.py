@@ -1,4 +1,5 @@
-"""Weighted mixing: the pure schedule (mix_schedule) by invariants; MixedDataset over ranks, workers, resumes."""
+"""Weighted mixing: the pure schedule (mix_schedule) by invariants; MixedDataset over ranks, workers,
+resumes."""
 
 from __future__ import annotations
 
@@ -162,7 +163,8 @@ def test_sample_mode_tags_the_source_and_is_deterministic(folder: Path) -> None:
     ]
     batched = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=20, batch_size=5)
     batched.set_epoch(3)
-    assert [(s, r) for s, r, _ in _epoch(batched, 0)] == [(n, s["_record_id"]) for s, n in zip(samples, names)]
+    expected = [(name, s["_record_id"]) for s, name in zip(samples, names, strict=True)]
+    assert [(s, r) for s, r, _ in _epoch(batched, 0)] == expected
 
 
 def test_resume_on_another_world_size_and_with_new_weights(folder: Path) -> None:

@@ -5,7 +5,7 @@ A dataset built on :class:`EpochDataset` is a *plan* (which items, in which orde
 items of given ids, loaded, then finished by the user's transform). The driver does the rest, the
 same for :class:`~torch_tfrecord.data.dataset.TFRecordDataset`, :class:`~torch_tfrecord.data.mix.MixedDataset`
 and what is built on them: the plan's slice for this rank and worker, automatic epochs and
-``set_epoch`` (:mod:`.epochs`), the training frameworks' wrappers (:mod:`.frameworks`,
+``set_epoch`` (:mod:`.epoch_counter`), the training frameworks' wrappers (:mod:`.frameworks`,
 :mod:`.wrapped`), the loader's guards (:mod:`.guards`), prefetch in the main process
 (:mod:`.prefetch`), the worker hand-off (:mod:`.handoff`), and ``state_dict`` /
 ``load_state_dict``, also on another world size (:mod:`.resume`).
@@ -23,7 +23,7 @@ import numpy.typing as npt
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .epochs import EpochCounter
+from .epoch_counter import EpochCounter
 from .frameworks import DISPATCHED_STATE, DispatchFlag, Wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .handoff import pack_tensors
@@ -228,9 +228,14 @@ class EpochDataset(IterableDataset[Any]):
 
     def _loader_run(self) -> int | None:
         """Sample mode: the loader's batch size, which workers take runs of (at a generator's first step)."""
-        if self.loader_batch_size is not None:
-            return self.loader_batch_size
         view = calling_loader(depth=8)
+        if self.loader_batch_size is not None:
+            if view.batch_size not in (None, self.loader_batch_size):
+                raise ValueError(
+                    f"the dataset was given loader_batch_size={self.loader_batch_size}, but the DataLoader "
+                    f"iterating it has batch_size={view.batch_size}: give both the same"
+                )
+            return self.loader_batch_size
         if view.batch_size is None and get_worker_info() is not None and view.fetcher is None:
             warn_batch_size_unknown(view)
         return view.batch_size
