@@ -97,7 +97,7 @@ def test_tensorflow_written_shards_read_as_tensorflow_parses_them(
 ) -> None:
     ds = tt.TFRecordDataset(golden_dir, spec=SPEC, batch_size=8, shuffle=shuffle, drop_last=False, seed=3)
     assert ds.files.shard_sizes == tuple(len(EXPECTED[name]["id"]) for name in NAMES)
-    assert [i for i, spec in enumerate(ds.files.specs) if spec.inflating] == [1, 2, 3]  # plain, GZIP, ZLIB, GZIP
+    assert [i for i, s in enumerate(ds.files.specs) if s.inflating] == [1, 2, 3]  # plain, GZIP, ZLIB, GZIP
     got = _samples(list(DataLoader(ds, batch_size=None, num_workers=2)))
     ids = _expected_ids()
     assert sorted(got) == sorted(ids)

@@ -364,6 +364,8 @@ class InflatingSource(ShardSource):
         return self.shard.read_ranges(starts, sizes)
 
     def read_into(self, offsets: Int64Array, sizes: Int64Array, buffer: bytearray, at: int) -> None:
+        if len(offsets) and int((offsets + sizes).max()) > self.spec.size:
+            raise BatchReadFailed(f"{self.spec.path!r}: a range past the end of its uncompressed stream")
         try:
             self.shard.read_into(offsets, sizes, buffer, at)
         except TFRecordError as error:
