@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..errors import TFRecordError
 from .compressed.index import CompressedIndex
 from .compressed.shard import CompressedShard
-from .io import StorageOptions, file_size, is_url, open_binary
+from .io import SourceListing, StorageOptions, file_size, is_url, open_binary
 from .remote import RemoteFile, RequestCounter, file_info, for_each_path
 from .remote.cache import ShardCache, cache_key
 from .remote.cached import CachedFile, file_version
@@ -108,16 +108,24 @@ def shard_specs(
     compressed: Sequence[CompressedIndex | None],
     storage_options: StorageOptions = None,
     cache: ShardCache | None = None,
+    listing: SourceListing | None = None,
 ) -> list[ShardSpec]:
-    """Each shard's spec: its size (and, remote, version) looked up once, concurrently.
+    """Each shard's spec: its size (and, remote, version) from the listing of its sources, else
+    looked up once, concurrently.
 
     A compressed shard needs no look-up unless it is cached (its index has its sizes).
     """
-    looked_up = [
-        i for i, path in enumerate(paths) if is_url(path) and (cache is not None or compressed[i] is None)
-    ]
-    infos = for_each_path(lambda path: file_info(path, storage_options), [paths[i] for i in looked_up])
-    found = dict(zip(looked_up, infos, strict=True))
+    found: dict[int, dict[str, Any]] = {}
+    missing = []
+    for i, path in enumerate(paths):
+        if is_url(path) and (cache is not None or compressed[i] is None):
+            info = None if listing is None else listing.info(path)
+            if info is None:
+                missing.append(i)
+            else:
+                found[i] = info
+    infos = for_each_path(lambda path: file_info(path, storage_options), [paths[i] for i in missing])
+    found.update(zip(missing, infos, strict=True))
     specs = []
     for i, path in enumerate(paths):
         index = compressed[i]
