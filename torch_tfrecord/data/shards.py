@@ -24,11 +24,13 @@ from ..records.compressed.index import CompressedIndex
 from ..records.compressed.inflate import SEGMENT
 from ..records.entries import read_entries_at
 from ..records.io import PathLike, StorageOptions, is_url, list_sources
+from ..records.manifest import is_manifest
 from ..records.reader import OnError
 from ..records.remote import for_each_path
 from ..records.remote.cache import ShardCache
 from ..records.sources import BatchReadFailed, ShardSpec, Storage, shard_specs
 from .guards import check_sources
+from .manifest_files import find_manifest, manifest_files
 from .shard_index import IndexArg, ShardIndex, resolve_index
 from .shard_pool import CAPS, ShardPool
 from .shard_tables import ShardTables, TableLoader
@@ -97,6 +99,7 @@ class RecordFiles:
         self.paths = list(paths)
         self.storage_options = dict(storage_options or {})
         self.cache = cache
+        self.saved_spec: dict[str, Any] | None = None  # the spec a manifest keeps, as spec.json holds it
         compressed = [table if isinstance(table, CompressedIndex) else None for table in tables]
         plain = [table.table if isinstance(table, CompressedIndex) else table for table in tables]
         if counts is None:
@@ -132,7 +135,19 @@ class RecordFiles:
             ValueError: ``sources`` is an empty list.
         """
         check_sources(sources)
-        listing = list_sources(sources, storage_options)
+        named = isinstance(sources, str | os.PathLike) and is_manifest(os.fspath(sources))
+        listing = None if named else list_sources(sources, storage_options)
+        manifest = None if index is not None else find_manifest(sources, listing, storage_options)
+        if manifest is not None:
+            cache = make_cache(manifest.shard_paths(), cache_dir, cache_limit)
+            found = manifest_files(manifest, storage_options, cache)
+            files = cls(
+                found.paths, found.tables, storage_options, cache, specs=found.specs, counts=found.counts
+            )
+            files.saved_spec = found.spec
+            return files
+        if listing is None:
+            raise ValueError(f"{sources!r} is a manifest: give index=None to read it")
         paths = listing.paths
         cache = make_cache(paths, cache_dir, cache_limit)
         indexes = for_each_path(

@@ -125,7 +125,7 @@ def resolve_compression(
 # Files that sit beside shards in real datasets and never hold records: indexes, TFDS metadata
 # (dataset_info.json, features.json, *.labels.txt), label maps, notes, checksums, configs.
 _NOT_DATA_SUFFIX = re.compile(
-    r"\.(c?idx|json|pbtxt|txt|md|rst|csv|tsv|ya?ml|py|proto|html|log|lock|sha256|md5|crc)$", re.IGNORECASE
+    r"\.(c?idx|json|pbtxt|txt|md|rst|csv|tsv|ya?ml|py|proto|html|log|lock|sha256|md5|crc|npz)$", re.IGNORECASE
 )
 _NOT_DATA_NAMES = re.compile(r"^(readme|license|licence|notice|changelog|authors)(\..*)?$", re.IGNORECASE)
 

@@ -45,6 +45,7 @@ __all__ = [
     "read_tables",
     "stale_shard",
     "write_manifest",
+    "write_shards_manifest",
 ]
 
 FORMAT = "torch_tfrecord.manifest/1"
@@ -65,6 +66,7 @@ class ManifestShard:
         records: its record count.
         version: its ETag or generation, where the store has one ("" otherwise).
         index: its index file, relative to the manifest's folder ("" for none).
+        compression: ``"gzip"`` or ``"zlib"`` for a compressed shard ("" otherwise).
     """
 
     name: str
@@ -72,6 +74,7 @@ class ManifestShard:
     records: int
     version: str = ""
     index: str = ""
+    compression: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,8 +174,13 @@ def decode_manifest(data: bytes, location: str) -> Manifest:
             _count(entry.get("records"), where, f"{what}'s record count"),
             str(entry.get("version", "")),
             _name(entry["index"], where, f"{what}'s index") if entry.get("index") else "",
+            str(entry.get("compression", "")),
         )
-        if shard.records * 16 > shard.size:  # every framed record is at least 16 bytes
+        if shard.compression not in ("", "gzip", "zlib"):
+            raise IndexFormatError(f"{where}: {what}'s compression {shard.compression!r} is not gzip or zlib")
+        if (
+            not shard.compression and shard.records * 16 > shard.size
+        ):  # every framed record is at least 16 bytes
             raise IndexFormatError(f"{where}: {what} ({shard.name!r}) cannot hold {shard.records} records")
         shards.append(shard)
     if len({shard.name for shard in shards}) != len(shards):
@@ -248,6 +256,7 @@ def write_manifest(
     index_paths: Sequence[str | None] | None = None,
     spec: dict[str, Any] | None = None,
     versions: Sequence[str] | None = None,
+    compression: str | None = None,
 ) -> Manifest:
     """Writes the manifest of ``shard_paths`` (all in ``location``'s folder or below it) at ``location``,
     with their tables zipped beside it when they are small; both appear whole or not at all.
@@ -255,10 +264,11 @@ def write_manifest(
     Args:
         location: the manifest's path or URL (``...manifest.json``).
         shard_paths: the shards, in record-id order.
-        tables: each shard's ``(offset, framed_size)`` table.
+        tables: each shard's ``(offset, framed_size)`` table (of its uncompressed stream).
         index_paths: each shard's index file (None: none, the default).
         spec: the spec (as ``spec.json`` holds it) to keep with the shards.
         versions: each shard's version; default: looked up where the store has them (one request each).
+        compression: the shards' compression (``"gzip"``, ``"zlib"``), None for none.
     """
     folder = location.rsplit("/", 1)[0] if is_url(location) else os.path.dirname(os.path.abspath(location))
 
@@ -281,13 +291,14 @@ def write_manifest(
             file_size(path, storage_options),
             len(table),
             version,
-            relative(idx) if idx else "",
+            relative(index) if index else "",
+            compression or "",
         )
-        for path, table, version, idx in zip(shard_paths, tables, versions, indexes, strict=True)
+        for path, table, version, index in zip(shard_paths, tables, versions, indexes, strict=True)
     )
     total = sum(len(table) for table in tables)
     tables_name = ""
-    if 0 < total <= TABLES_LIMIT:
+    if 0 < total <= TABLES_LIMIT and not compression:  # (a compressed shard's offsets are not its bytes')
         tables_name = relative(location.removesuffix(MANIFEST_SUFFIX) + _TABLES_SUFFIX)
         buffer = io.BytesIO()
         sizes = np.concatenate([np.asarray(t, dtype=np.int64).reshape(-1, 2)[:, 1] for t in tables])
@@ -296,6 +307,31 @@ def write_manifest(
     manifest = Manifest(location, shards, tables_name, spec)
     _write(location, encode_manifest(manifest), storage_options)
     return manifest
+
+
+def write_shards_manifest(
+    prefix: str,
+    shard_paths: Sequence[str],
+    framed_sizes: Sequence[Sequence[int] | npt.NDArray[np.int64]],
+    storage_options: StorageOptions = None,
+    *,
+    compression: str | None = None,
+    indexed: bool = True,
+) -> Manifest:
+    """The manifest a writer of ours leaves at ``{prefix}.manifest.json``, beside the shards it
+    just wrote (each with its records' framed sizes, and ``<shard>.idx`` when ``indexed``)."""
+    from .index import default_index_path, index_from_sizes
+
+    tables = [index_from_sizes(list(sizes)) for sizes in framed_sizes]
+    with_index = indexed and compression is None
+    return write_manifest(
+        manifest_for(prefix),
+        shard_paths,
+        tables,
+        storage_options,
+        index_paths=[default_index_path(path) if with_index else None for path in shard_paths],
+        compression=compression,
+    )
 
 
 def _version(path: str, storage_options: StorageOptions) -> str:

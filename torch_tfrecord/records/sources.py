@@ -66,6 +66,8 @@ class ShardSpec:
         version: a remote object's ETag or generation ("" where there is none, or local).
         stored_size: bytes of the stored file (differs from ``size`` for a compressed shard).
         compressed: a GZIP / ZLIB shard's compressed index (its records are then inflated).
+        manifest: the manifest that said the size and version, when they were not looked up
+            (a remote shard is then checked against the store when it is first opened).
     """
 
     path: str
@@ -74,6 +76,7 @@ class ShardSpec:
     version: str = ""
     stored_size: int = -1
     compressed: CompressedIndex | None = dataclasses.field(default=None, compare=False, repr=False)
+    manifest: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("local", "remote", "cached"):
@@ -246,6 +249,8 @@ class RemoteSource(ShardSource):
 
     def __init__(self, spec: ShardSpec, storage: Storage) -> None:
         super().__init__(spec)
+        if spec.manifest:
+            check_described(spec, storage)
         self.file = RemoteFile(spec.path, spec.stored_size, storage.storage_options, counter=storage.requests)
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
@@ -381,6 +386,23 @@ class InflatingSource(ShardSource):
 
     def close(self) -> None:
         self.shard.close()
+
+
+def check_described(spec: ShardSpec, storage: Storage) -> None:
+    """Checks a remote shard against what its manifest said of it (one request).
+
+    Raises:
+        StaleIndexError: its size or version differs: the data changed since the manifest was written.
+    """
+    from .manifest import stale_shard
+
+    storage.requests.add(1)
+    info = file_info(spec.path, storage.storage_options)
+    version = file_version(info)
+    if int(info["size"]) != spec.stored_size:
+        raise stale_shard(spec.manifest, spec.path, f"{info['size']} bytes, not {spec.stored_size}")
+    if spec.version and version and version != spec.version:
+        raise stale_shard(spec.manifest, spec.path, f"version {version!r}, not {spec.version!r}")
 
 
 def open_source(spec: ShardSpec, storage: Storage, *, window: int = 0) -> ShardSource:

@@ -161,7 +161,7 @@ def expand(url: str, storage_options: StorageOptions = None) -> Listed:
         folder, _, pattern = path.rpartition("/")
         complete: set[str] = set()
         if folder and not any(char in folder for char in "*?["):
-            listed = retrying(lambda: fs.ls(folder, detail=True), url, "listing")
+            listed = retrying(lambda: _ls_or_empty(fs, folder), url, "listing")
             seen = {e["name"]: e for e in listed if e.get("type") != "directory"}
             found = {p: e for p, e in seen.items() if fnmatch.fnmatchcase(posixpath.basename(p), pattern)}
             complete.add(fs.unstrip_protocol(folder))
@@ -200,6 +200,13 @@ def _below(path: str, root: str) -> str:
     return posixpath.basename(path)
 
 
+def _ls_or_empty(fs: Any, folder: str) -> list[dict[str, Any]]:
+    try:
+        return fs.ls(folder, detail=True)  # type: ignore[no-any-return]
+    except FileNotFoundError:  # no such folder: a glob in it matches nothing
+        return []
+
+
 def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
     try:
         return fs.info(path)  # type: ignore[no-any-return]
@@ -219,9 +226,16 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
 
 
 def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
-    """The whole object at ``url`` (retried)."""
+    """The whole object at ``url`` (retried), in one request: asked for as the range from byte 0
+    on (asked for whole, s3fs first looks up the object's size); an empty object, whose ranges S3
+    refuses, is then asked for whole."""
     fs, path = filesystem(url, storage_options)
-    return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+    try:
+        return retrying(lambda: fs.cat_file(path, start=0), url, "reading")  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError):
+        return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
 
 
 def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:
