@@ -21,7 +21,7 @@ import numpy as np
 from .epoch import EpochDataset
 from .groups import Groups, Int64Array
 from .order import EpochPlan
-from .resume import PORTABLE_KEYS, is_loader_state, map_dataset_states
+from .resume import PORTABLE_KEYS, wrapped_splits
 from .sequences import Sequences, sequences_of
 from .world import resolve_world
 
@@ -186,22 +186,7 @@ class GroupedDataset(EpochDataset):
         self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     ) -> tuple[Any, EpochPlan, dict[str, Any]]:
         """The split's state(s) inside this dataset's (or a loader's of it), checked against it."""
-        wrappers: list[Mapping[str, Any]] = []
-
-        def split_of(one: Any) -> Any:
-            if not isinstance(one, Mapping) or one.get("format") != self._FORMAT:
-                raise ValueError(f"not a {type(self).__name__} state (expected format {self._FORMAT!r})")
-            wrappers.append(one)
-            return one["split"]
-
-        states = [state] if isinstance(state, Mapping) else list(state)
-        if not states:
-            raise ValueError("no states to load")
-        splits = [
-            map_dataset_states(one, split_of) if is_loader_state(one) else split_of(one) for one in states
-        ]
-        if not wrappers:
-            raise ValueError("the loader state holds no dataset state")
+        wrappers, splits = wrapped_splits(state, self._FORMAT, type(self).__name__)
         expected = {"data": self.sequences.identity(), "options": self._options()}
         for one in wrappers:
             for part, mine in expected.items():
@@ -221,4 +206,4 @@ class GroupedDataset(EpochDataset):
                 "when the state was saved (the sequences' lengths differ)"
             )
         plan = dataclasses.replace(self.plan, shard_sizes=(count,), rest=None)
-        return splits[0] if isinstance(state, Mapping) else splits, plan, self._identity(plan)
+        return splits, plan, self._identity(plan)
