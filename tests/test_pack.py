@@ -308,3 +308,27 @@ def test_a_state_of_other_data_or_options_is_refused(shards: dict[str, list[str]
         tt.pack(source(shards["short"]), LENGTH, batch_size=2).load_state_dict(
             source(shards["short"]).state_dict()
         )
+
+
+def _damage(path: str, record: int) -> None:
+    """Flips a byte in the payload of ``record`` (its data CRC no longer matches)."""
+    offset, _ = tt.build_index(path)[record]
+    with open(path, "r+b") as file:
+        file.seek(int(offset) + 12 + 3)
+        byte = file.read(1)
+        file.seek(int(offset) + 12 + 3)
+        file.write(bytes([byte[0] ^ 0xFF]))
+
+
+@pytest.mark.parametrize("transform", [None, lambda sample: sample])
+def test_damaged_records_skipped_are_counted_and_leave_the_rest_whole(tmp_path: Path, transform: Any) -> None:
+    lengths = np.stack([np.full(30, 3), np.arange(30) % 7 + 2], axis=1)
+    paths = write_lm(tmp_path, lengths, shards=1)
+    _damage(paths[0], 4)  # before the lengths are read: an empty sequence, counted
+    packed = tt.pack(
+        tt.TFRecordDataset(paths, spec=SPEC, on_error="skip", transform=transform), 16, batch_size=2
+    )
+    assert packed.stats().skipped == 1
+    _damage(paths[0], 9)  # after: its pieces stay empty, the rows keep their shape
+    seen = token_counts(row for batch in packed for row in row_pieces(batch))
+    assert seen == all_tokens(lengths, [r for r in range(30) if r not in (4, 9)])

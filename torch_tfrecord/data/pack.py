@@ -219,9 +219,12 @@ class PackedDataset(GroupedDataset):
             columns = sample_columns(
                 samples, self.keys, lambda at: self.sequences.describe(int(ids[at]), epoch)
             )
+            # A damaged record's stand-in (on_error="skip") is marked padding: its pieces stay empty.
+            stand_in = np.asarray([bool(sample.get(PADDING_KEY)) for sample in samples], dtype=bool)
             found = np.stack([columns[key][1] for key in self.keys], axis=1)
-            self.sequences.check_read(found, ids, epoch)
-            read.assembled = self._assemble(columns, read.pieces, read.padding, None)
+            expected = self.sequences.lengths(ids, epoch)
+            self.sequences.check_read(np.where(stand_in[:, None], expected, found), ids, epoch)
+            read.assembled = self._assemble(columns, read.pieces, read.padding, stand_in)
             read.loaded = []
         if loaded.index is None:
             return read.assembled

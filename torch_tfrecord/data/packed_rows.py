@@ -7,6 +7,7 @@ piece, from 0 (a piece of a cut sequence starts again at 0, as grain's packers d
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -78,6 +79,12 @@ def assemble_rows(
         pad_id: the tokens of padding.
         blank: sequences (of ``pieces.ids``) whose pieces stay padding (damaged records skipped).
     """
+    if blank is not None and blank.any():  # left out before the segments are numbered
+        keep = ~blank[pieces.sequence]
+        pieces = dataclasses.replace(
+            pieces, owner=pieces.owner[keep], sequence=pieces.sequence[keep], starts=pieces.starts[keep],
+            stops=pieces.stops[keep],
+        )  # fmt: skip
     owner = pieces.owner
     count = len(owner)
     first = np.searchsorted(owner, owner, side="left")  # each piece's row's first piece
@@ -87,8 +94,6 @@ def assemble_rows(
         values, lengths = columns[key]
         capacity = int(capacities[k])
         counts = pieces.stops[:, k] - pieces.starts[:, k]
-        if blank is not None:
-            counts = np.where(blank[pieces.sequence], 0, counts)
         ends = np.cumsum(counts)
         begins = ends - counts
         total = int(ends[-1]) if count else 0
