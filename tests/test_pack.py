@@ -332,3 +332,27 @@ def test_damaged_records_skipped_are_counted_and_leave_the_rest_whole(tmp_path: 
     _damage(paths[0], 9)  # after: its pieces stay empty, the rows keep their shape
     seen = token_counts(row for batch in packed for row in row_pieces(batch))
     assert seen == all_tokens(lengths, [r for r in range(30) if r not in (4, 9)])
+
+
+def test_a_lengths_cache_is_read_instead_of_the_records(
+    shards: dict[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch_tfrecord.data import sequence_lengths
+
+    first = tt.pack(source(shards["short"]), LENGTH, batch_size=2, lengths_cache=tmp_path / "lengths")
+    saved = list((tmp_path / "lengths").iterdir())
+    assert [path.suffix for path in saved] == [".npz"]
+
+    def unread(*args: Any) -> Any:
+        raise AssertionError("the records were read again")
+
+    monkeypatch.setattr(sequence_lengths, "_read_lengths", unread)
+    again = tt.pack(source(shards["short"]), LENGTH, batch_size=2, lengths_cache=tmp_path / "lengths")
+    assert [row for b in again for row in row_pieces(b)] == [row for b in first for row in row_pieces(b)]
+    with pytest.raises(AssertionError, match="read again"):  # other keys: another table
+        tt.pack(source(shards["short"]), LENGTH, ["targets"], lengths_cache=tmp_path / "lengths")
+    saved[0].write_bytes(b"not a table")  # a damaged file is read again, with a warning
+    monkeypatch.undo()
+    assert len(
+        tt.pack(source(shards["short"]), LENGTH, batch_size=2, lengths_cache=tmp_path / "lengths")
+    ) == len(first)

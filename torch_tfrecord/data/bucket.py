@@ -16,6 +16,7 @@ import numpy.typing as npt
 import torch
 
 from ..codec.payloads import LENGTHS_KEY
+from ..records.io import PathLike
 from .bucket_plan import BucketedEpoch, BucketOptions, plan_buckets
 from .collate import collate_columns
 from .epoch import DEFAULT_PREFETCH, EpochDataset
@@ -94,6 +95,7 @@ class BucketedDataset(GroupedDataset):
         pad_id: the padding value.
         drop_last, rank, world_size, prefetch: as for :class:`~torch_tfrecord.TFRecordDataset`
             (the rank and world size are the dataset's when neither is given).
+        lengths_cache: as for :class:`~torch_tfrecord.PackedDataset`.
 
     Example:
         >>> source = tt.TFRecordDataset("train-*.tfrecord", spec={"inputs": "int"})  # doctest: +SKIP
@@ -116,6 +118,7 @@ class BucketedDataset(GroupedDataset):
         rank: int | None = None,
         world_size: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
+        lengths_cache: PathLike | None = None,
     ) -> None:
         self.options = BucketOptions(tuple(boundaries), tuple(batch_sizes))
         if isinstance(pad_id, bool) or not isinstance(pad_id, int):
@@ -124,7 +127,7 @@ class BucketedDataset(GroupedDataset):
         self.pad_to_bucket_boundary = bool(pad_to_bucket_boundary)
         super().__init__(
             dataset, (keys,) if isinstance(keys, str) else keys, batch_size=1, drop_last=drop_last, rank=rank,
-            world_size=world_size, prefetch=prefetch, loader_batch_size=None,
+            world_size=world_size, prefetch=prefetch, loader_batch_size=None, lengths_cache=lengths_cache,
         )  # fmt: skip
 
     def _group(self, lengths: Int64Array) -> tuple[Groups, BucketedEpoch]:

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from ..records.io import PathLike
 from .epoch import EpochDataset
 from .groups import Groups, Int64Array
 from .order import EpochPlan
@@ -65,6 +66,8 @@ class GroupedDataset(EpochDataset):
         drop_last, rank, world_size, prefetch, loader_batch_size: as for
             :class:`~torch_tfrecord.data.dataset.TFRecordDataset`; the rank and world size are
             the dataset's when neither is given.
+        lengths_cache: a directory that keeps the sequences' lengths tables (see
+            :func:`~torch_tfrecord.data.sequence_lengths.read_lengths`), or None.
     """
 
     _FORMAT: ClassVar[str]
@@ -80,8 +83,9 @@ class GroupedDataset(EpochDataset):
         world_size: int | None,
         prefetch: int,
         loader_batch_size: int | None,
+        lengths_cache: PathLike | None,
     ) -> None:
-        self.sequences: Sequences = sequences_of(dataset, keys)
+        self.sequences: Sequences = sequences_of(dataset, keys, lengths_cache)
         self.keys = self.sequences.keys
         self._epochs: dict[int, EpochGroups] = {}
         self._warned_length = False

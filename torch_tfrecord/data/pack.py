@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from ..records.io import PathLike
 from .epoch import DEFAULT_PREFETCH, EpochDataset
 from .grouped import GroupedDataset, Pieces
 from .groups import Groups, Int64Array
@@ -119,6 +120,10 @@ class PackedDataset(GroupedDataset):
             counted); False (the default) pads the ranks with empty rows marked ``"_padding"``.
         rank, world_size: the split (default: the dataset's).
         prefetch, loader_batch_size: as for :class:`~torch_tfrecord.TFRecordDataset`.
+        lengths_cache: a directory that keeps the lengths table (one small file per data and
+            keys, written atomically): the first dataset built reads the records' lengths and
+            saves them there, every later one (other ranks, later jobs) loads them. None: each
+            dataset reads them itself, when it is built.
 
     Raises:
         SpecError, FeatureTypeError: a key that is not a 1-D integer sequence (naming the key,
@@ -152,6 +157,7 @@ class PackedDataset(GroupedDataset):
         world_size: int | None = None,
         prefetch: int = DEFAULT_PREFETCH,
         loader_batch_size: int | None = None,
+        lengths_cache: PathLike | None = None,
     ) -> None:
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
         if isinstance(length, Mapping):
@@ -169,7 +175,7 @@ class PackedDataset(GroupedDataset):
         self.pad_id = pad_id
         super().__init__(
             dataset, keys, batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size,
-            prefetch=prefetch, loader_batch_size=loader_batch_size,
+            prefetch=prefetch, loader_batch_size=loader_batch_size, lengths_cache=lengths_cache,
         )  # fmt: skip
 
     def _check_sequences(self) -> None:

@@ -5,12 +5,16 @@ record's lengths before the first epoch: :func:`read_lengths` decodes only the k
 packed (the native decoder's columns hold the lengths), batch by batch, and checks that each is
 a 1-D integer sequence (a VarLen or FixedLenSequence int feature of an Example, a context
 feature or a feature list of single ints of a SequenceExample). The table (one int32 per record
-and key) lives in memory beside the dataset.
+and key) lives in memory beside the dataset, and in a cache directory when one is given (one
+small file per data and keys, written atomically: every rank and later job reads it instead of
+the records).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,6 +26,8 @@ from ..codec.payloads import LENGTHS_KEY, SequencePayload
 from ..codec.ragged import Ragged
 from ..codec.spec import FeatureSpec, FixedLen, FixedLenSequence, VarLen
 from ..errors import FeatureShapeError, FeatureTypeError, SpecError
+from ..records.atomic import atomic_write
+from ..records.io import PathLike
 from .dataset import TFRecordDataset
 from .pipeline import BatchDecoder
 
@@ -122,15 +128,57 @@ def _describer(describe: Callable[[int], str], ids: npt.NDArray[np.int64]) -> Ca
     return lambda at: describe(int(ids[at]))
 
 
-def read_lengths(dataset: TFRecordDataset, keys: Sequence[str]) -> tuple[npt.NDArray[np.int32], int]:
+def read_lengths(
+    dataset: TFRecordDataset, keys: Sequence[str], cache: PathLike | None = None
+) -> tuple[npt.NDArray[np.int32], int]:
     """The token count of each key of every record of ``dataset`` (``[records, keys]``), and
     how many damaged records were skipped (``on_error="skip"``: counted as empty).
+
+    Args:
+        cache: a directory that keeps the table of each data (files, sizes, record counts) and
+            keys: read from there when present, else read from the records and saved there.
 
     Raises:
         SpecError, FeatureTypeError: a key that is not a 1-D integer sequence, naming the key
             (and the record, when its values say so).
     """
     decoder = keys_decoder(dataset, keys)
+    path = None
+    if cache is not None:
+        name = hashlib.sha256(f"{dataset.files.fingerprint}\0{list(keys)}".encode()).hexdigest()[:32]
+        path = os.path.join(os.fspath(cache), f"lengths-{name}.npz")
+        saved = _saved_lengths(path, dataset.files.num_records, len(keys))
+        if saved is not None:
+            return saved
+    table, skipped = _read_lengths(dataset, keys, decoder)
+    if path is not None:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with atomic_write(path) as file:
+            np.savez(file, table=table, skipped=np.int64(skipped))
+    return table, skipped
+
+
+def _saved_lengths(path: str, records: int, keys: int) -> tuple[npt.NDArray[np.int32], int] | None:
+    """A lengths table saved at ``path`` for ``records`` x ``keys``; None if there is none that fits."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            table, skipped = saved["table"], int(saved["skipped"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError) as error:
+        logger.warning("ignoring the lengths table %s (%s): reading the lengths again", path, error)
+        return None
+    if table.shape != (records, keys) or table.dtype != np.int32:
+        logger.warning(
+            "ignoring the lengths table %s: it holds %s, not %d x %d", path, table.shape, records, keys
+        )
+        return None
+    return table, skipped
+
+
+def _read_lengths(
+    dataset: TFRecordDataset, keys: Sequence[str], decoder: BatchDecoder
+) -> tuple[npt.NDArray[np.int32], int]:
     files = dataset.files
     total = files.num_records
     table = np.zeros((total, len(keys)), dtype=np.int32)

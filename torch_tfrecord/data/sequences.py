@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import FeatureShapeError
+from ..records.io import PathLike
 from .dataset import TFRecordDataset
 from .epoch import EpochDataset
 from .groups import Int64Array
@@ -118,10 +119,10 @@ class Sequences:
 class RecordSequences(Sequences):
     """A :class:`TFRecordDataset`'s records as sequences: an id is a record id."""
 
-    def __init__(self, dataset: TFRecordDataset, keys: Sequence[str]) -> None:
+    def __init__(self, dataset: TFRecordDataset, keys: Sequence[str], cache: PathLike | None = None) -> None:
         super().__init__(dataset, keys)
         self.dataset: TFRecordDataset = dataset
-        self.table, self.skipped = read_lengths(dataset, self.keys)
+        self.table, self.skipped = read_lengths(dataset, self.keys, cache)
         self._decoder = keys_decoder(dataset, self.keys)
         self.plain = type(dataset).finish is TFRecordDataset.finish and dataset._transform is None
 
@@ -156,10 +157,10 @@ class MixSequences(Sequences):
     """A :class:`MixedDataset`'s places as sequences: an id is a place of an epoch, which holds a
     record of one source (a source's lengths table is read once, whatever its share)."""
 
-    def __init__(self, dataset: MixedDataset, keys: Sequence[str]) -> None:
+    def __init__(self, dataset: MixedDataset, keys: Sequence[str], cache: PathLike | None = None) -> None:
         super().__init__(dataset, keys)
         self.dataset: MixedDataset = dataset
-        read = [read_lengths(source, self.keys) for source in dataset.sources]
+        read = [read_lengths(source, self.keys, cache) for source in dataset.sources]
         self.source_tables = [table for table, _ in read]
         self.skipped = sum(skipped for _, skipped in read)
 
@@ -202,8 +203,9 @@ class MixSequences(Sequences):
         return any(source.plan.shuffle is not False for source in self.dataset.sources)
 
 
-def sequences_of(dataset: Any, keys: Sequence[str]) -> Sequences:
-    """The sequences of ``dataset``, of the kind its class says.
+def sequences_of(dataset: Any, keys: Sequence[str], cache: PathLike | None = None) -> Sequences:
+    """The sequences of ``dataset``, of the kind its class says (``cache``: where lengths tables
+    are kept, see :func:`~torch_tfrecord.data.sequence_lengths.read_lengths`).
 
     Raises:
         TypeError: not a dataset whose sequences can be grouped.
@@ -217,9 +219,9 @@ def sequences_of(dataset: Any, keys: Sequence[str]) -> Sequences:
     if len(set(keys)) != len(keys):
         raise ValueError(f"keys={list(keys)} names a key twice")
     if isinstance(dataset, TFRecordDataset):
-        return RecordSequences(dataset, keys)
+        return RecordSequences(dataset, keys, cache)
     if isinstance(dataset, MixedDataset):
-        return MixSequences(dataset, keys)
+        return MixSequences(dataset, keys, cache)
     raise TypeError(
         f"packing and buckets take a TFRecordDataset or a tt.mix of them (without batch_size), "
         f"not a {type(dataset).__name__}"
