@@ -29,6 +29,7 @@ from ..records.reader import OnError
 from ..records.remote import for_each_path
 from ..records.remote.cache import ShardCache
 from ..records.sources import BatchReadFailed, ShardSpec, Storage, shard_specs
+from ..support import stages
 from .guards import check_sources
 from .manifest_files import find_manifest, manifest_files
 from .shard_index import IndexArg, ShardIndex, resolve_index
@@ -299,6 +300,7 @@ class RecordFiles:
         positions = np.zeros(len(ids), dtype=np.int64)
         np.cumsum(entries[:-1, 1], out=positions[1:])
         total = int(entries[:, 1].sum())
+        stages.count(stages.BYTES, total)
         buffer = bytearray(total) if scratch is None else grown(scratch, total)
         runs = []
         for first, stop in itertools.pairwise(bounds):
@@ -348,6 +350,7 @@ class RecordFiles:
                 _COALESCE_GAP,
             )
             if status == Gathered.DONE:
+                stages.count(stages.BYTES, value)  # (what the batch read took, gaps read through included)
                 return buffer, starts, sizes
             if status == Gathered.OPEN:  # opening it may let go of the least recently used one
                 if not pool.open_local(value):
