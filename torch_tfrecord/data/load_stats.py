@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ..records.atomic import atomic_write
 from ..support.stages import (
     BUCKETS,
     BYTES,
@@ -34,7 +35,15 @@ from ..support.stages import (
     bucket_bounds,
 )
 
-__all__ = ["BOTTLENECKS", "WAIT_SHARE_NONE", "LoadStats", "ProcessLoad", "summarize", "write_chrome_trace"]
+__all__ = [
+    "BOTTLENECKS",
+    "WAIT_SHARE_NONE",
+    "LoadStats",
+    "ProcessLoad",
+    "Span",
+    "summarize",
+    "write_chrome_trace",
+]
 
 BOTTLENECKS = (
     "none",
@@ -52,6 +61,8 @@ WAIT_SHARE_NONE = 0.05
 """Below this share of the wall time spent waiting in ``next()``, loading is no bottleneck."""
 _SPAN_NAMES = (*STAGES, "next() wait", "make batch")
 Int64s = npt.NDArray[np.int64]
+Span = tuple[int, int, int, int, int]
+"""A traced stage: ``(row, pid, code, start_ns, end_ns)``, ``code`` the stage plus 16 times the thread id."""
 
 _ADVICE = {
     "none": "the loop waited {wait} of the time for data: loading keeps up, and a faster loader would "
@@ -145,7 +156,6 @@ class LoadStats:
     workers: tuple[ProcessLoad, ...]
     bottleneck: str
     advice: str
-    spans: tuple[tuple[int, int, int, int, int], ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def records_per_second(self) -> float:
@@ -166,22 +176,6 @@ class LoadStats:
         }
         found.update({f"{stage}_ms": 1000 * cost for stage, cost in self.stage_per_batch.items()})
         return {prefix + key: float(value) for key, value in found.items()}
-
-    def to_chrome_trace(self, path: str | os.PathLike[str]) -> None:
-        """Writes the window's spans as Chrome / Perfetto trace JSON (open it in ui.perfetto.dev or
-        chrome://tracing): one track per process and thread, workers included.
-
-        Spans are kept while ``dataset.trace()`` records (the most recent 512 of each process).
-
-        Raises:
-            ValueError: no span was recorded in this window.
-        """
-        if not self.spans:
-            raise ValueError(
-                "no spans were recorded in this window: record them with `with dataset.trace(path):` "
-                "around some batches"
-            )
-        write_chrome_trace(path, self.spans)
 
     def __str__(self) -> str:
         workers = [p for p in self.workers if p.name != "main"]
@@ -240,7 +234,6 @@ def summarize(
     totals: Int64s | None,
     pids: Int64s | None,
     seconds: float,
-    spans: Sequence[tuple[int, int, int, int, int]],
 ) -> LoadStats:
     """The :class:`LoadStats` of a window.
 
@@ -250,7 +243,6 @@ def summarize(
         totals: the same since the dataset was made (whether it ever read through a cache).
         pids: each row's process id.
         seconds: the window's wall time.
-        spans: ``(row, pid, code, start_ns, end_ns)`` of the trace's spans in the window.
     """
     if window is None or totals is None or pids is None:
         return _empty("load telemetry is off (TORCH_TFRECORD_TELEMETRY=0)")
@@ -298,7 +290,6 @@ def summarize(
         workers=_processes(window, pids),
         bottleneck=bottleneck,
         advice=_advice(bottleneck, share, cost, window, batches, working),
-        spans=tuple(spans),
     )
 
 
@@ -379,7 +370,7 @@ def _empty(advice: str, seconds: float = 0.0) -> LoadStats:
     )
 
 
-def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[tuple[int, int, int, int, int]]) -> None:
+def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> None:
     """Writes ``(row, pid, code, start_ns, end_ns)`` spans as Chrome trace JSON (``traceEvents``):
     a complete event per span (microseconds), and the names of the processes and threads."""
     events: list[dict[str, Any]] = []
@@ -410,5 +401,5 @@ def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[tuple[int, 
                 "dur": max(0, end - start) / 1000,
             }
         )
-    with open(path, "w", encoding="utf-8") as out:
-        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, out)
+    with atomic_write(path) as out:
+        out.write(json.dumps({"traceEvents": events, "displayTimeUnit": "ms"}).encode())

@@ -29,7 +29,7 @@ from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
 from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
-from ..support.stages import BYTES, DECODE, READ, RECORDS, TRANSFORM, begin, count, end, lap
+from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
 from .shards import RecordFiles
 
 __all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform", "transformed"]
@@ -126,20 +126,18 @@ class BatchDecoder:
         With ``on_error="skip"`` the returned ids and flags say which records stand in for
         damaged ones.
         """
-        count(RECORDS, len(ids))
         if self.payload is None and self.spec is not None and native.decoder() == "native":
             decoded = self._decode_natively(ids)
             if decoded is not None:
                 return decoded, ids, padding
         token = begin()
         records = self.files.read(ids, verify_crc=self.verify_crc, on_error=self.on_error)
-        token = lap(READ, token)
-        count(BYTES, sum(len(record) for record in records if record is not None))
+        token = lap(READ, token, sum(len(record) for record in records if record is not None))
         bad = [i for i, record in enumerate(records) if record is None]
         try:
             if not bad:
                 columns = self._columns(records)  # type: ignore[arg-type]
-                end(DECODE, token)
+                end(DECODE, token, len(ids))  # (its amount: records)
                 return columns, ids, padding
         except (FeatureError, ExampleDecodeError):
             # Decode again naming each record, to raise (or skip) with a precise message.
@@ -159,12 +157,12 @@ class BatchDecoder:
             except BatchReadFailed:
                 return None  # the per-record read names the record and why
             scratch = buffer
-            token = lap(READ, token)
+            token = lap(READ, token, self.files.read_bytes)
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps
                 # a view of the buffer once this returns.
                 columns = native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
-                end(DECODE, token)
+                end(DECODE, token, len(ids))
                 return columns
             except (native.Rejected, FeatureError):
                 return None

@@ -1,10 +1,10 @@
 """A dataset's load telemetry: each process's stage counters in shared memory, the loop's wait in
-``next()``, and a bounded trace of recent stages, read by ``dataset.stats()`` in the main process.
+``next()``, and a trace of the stages on demand, read by ``dataset.stats()`` in the main process.
 
-One int64 tensor per dataset, made when the dataset is built and shared with DataLoader workers
-however they start (as :mod:`.epoch_counter` shares its counts): a header, then a *slot* per
-process (the main process, then worker ``k`` in slot ``1 + k``), then a ring of recent spans for
-each of the first :data:`TRACED` slots. Each process sums its threads' counters
+One small int64 tensor per dataset (18 KB), made when the dataset is built and shared with
+DataLoader workers however they start (as :mod:`.epoch_counter` shares its counts): a header, then
+a *slot* per process (the main process, with the histogram of the loop's waits, then worker ``k``
+in slot ``1 + k``). Each process sums its threads' counters
 (:class:`~torch_tfrecord.support.stages.ThreadRecord`) into its own slot, at most every 50 ms and
 when a pass ends; only the main process reads the others' slots. A slot holds totals since the
 dataset was made: a worker of a later pass goes on from the totals its slot holds, so every counter
@@ -13,14 +13,21 @@ only grows, and a window (``stats(reset=True)``) is the difference of two readin
 The loop's wait is measured where the loop waits: in the dataset's own generator when it is
 iterated in the main process, and, with DataLoader workers, around the DataLoader iterator's
 ``next()`` (see :func:`~torch_tfrecord.data.internals.time_batches`), attached when the loader
-starts its workers. ``TORCH_TFRECORD_TELEMETRY=0`` (read when a dataset is built) turns all of it
-off: no shared memory, and no clock is read.
+starts its workers.
+
+A trace (:meth:`Telemetry.trace`) sets a flag in the header: while it is up, each process keeps its
+threads' spans and appends them to a file of its own in a temporary directory that the main process
+made (at most :data:`TRACE_SPANS` spans each), which the main process reads and removes when the
+trace ends. ``TORCH_TFRECORD_TELEMETRY=0`` (read when a dataset is built) turns all of it off: no
+shared memory, and no clock is read.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from time import perf_counter_ns
@@ -45,12 +52,12 @@ from ..support.stages import (
     swap,
 )
 from .internals import loader_starting, time_batches
-from .load_stats import LoadStats, summarize, write_chrome_trace
+from .load_stats import LoadStats, Span, summarize, write_chrome_trace
 
 __all__ = [
     "ENV_VAR",
     "SLOTS",
-    "TRACED",
+    "TRACE_SPANS",
     "LoopMeter",
     "Telemetry",
     "enabled",
@@ -61,15 +68,15 @@ __all__ = [
 ENV_VAR = "TORCH_TFRECORD_TELEMETRY"
 SLOTS = 65
 """The main process and 64 workers; workers past them are not counted."""
-TRACED = 17
-"""Processes whose recent spans a trace keeps: the main process and the first 16 workers."""
-RING = 512  # spans kept per traced process, the most recent
-_TRACING = 0  # header: a trace is recording (0 / 1)
+TRACE_SPANS = 1 << 16
+"""Spans a process writes in one trace at most (1.5 MB); later ones are left out."""
+_TRACING, _TOKEN = 0, 1  # the header: a trace is recording (0 / 1), and its directory's number
 _HEAD = 4
-_PID, _FLUSHED, _STARTED, _RING_COUNT = range(4)  # each slot's own header
+_PID, _FLUSHED, _STARTED = range(3)  # each slot's own header
 _SLOT_HEAD = 4
-_SLOT = _SLOT_HEAD + FIELDS
-_SIZE = _HEAD + SLOTS * _SLOT + TRACED * RING * 3
+_MAIN = _SLOT_HEAD + FIELDS  # the main process's slot, its histogram of waits included
+_WORKER = _SLOT_HEAD + HISTOGRAM  # a worker's slot: no histogram
+_SIZE = _HEAD + _MAIN + (SLOTS - 1) * _WORKER
 _FLUSH_NS = 50_000_000
 _TRACE_FLUSH_NS = 5_000_000
 T = TypeVar("T")
@@ -81,15 +88,26 @@ def enabled() -> bool:
     return os.environ.get(ENV_VAR, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
+def _slot_range(slot: int) -> tuple[int, int]:
+    """Where slot ``slot`` lies in the tensor, and how many counters it keeps."""
+    if slot == 0:
+        return _HEAD, FIELDS
+    return _HEAD + _MAIN + (slot - 1) * _WORKER, HISTOGRAM
+
+
+def _trace_dir(token: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"torch-tfrecord-trace-{token:016x}")
+
+
 class _Process:
     """This process's side of a dataset's telemetry: its threads' records and its slot."""
 
     def __init__(self, array: Int64s, slot: int) -> None:
         self.pid = os.getpid()
         self.array = array
-        self.slot = array[_HEAD + slot * _SLOT : _HEAD + (slot + 1) * _SLOT]
-        start = _HEAD + SLOTS * _SLOT + slot * RING * 3
-        self.ring = array[start : start + RING * 3].reshape(RING, 3) if slot < TRACED else None
+        at, self.width = _slot_range(slot)
+        self.slot = array[at : at + _SLOT_HEAD + self.width]
+        self.number = slot
         self.loop_span = LOOP_SPAN if slot == 0 else WORKER_SPAN
         self.lock = threading.Lock()
         self.loops: dict[int, ThreadRecord] = {}  # the loop threads' records, by thread
@@ -100,7 +118,8 @@ class _Process:
         self.last = 0  # when the loop last received an item
         self.ended = False  # the loop's pass has ended (the window then ends at ``last``)
         self.flush_at = 0
-        self.tracing = self.ring is not None and bool(array[_TRACING])
+        self.token = int(array[_TOKEN]) if array[_TRACING] else 0  # the trace being recorded
+        self.written = 0  # spans written in it
 
     def loop_record(self) -> ThreadRecord:
         """This thread's record as a loop (kept for the process's life)."""
@@ -108,12 +127,12 @@ class _Process:
         record = self.loops.get(ident)
         if record is None:
             with self.lock:
-                record = self.loops[ident] = ThreadRecord(self.tracing)
+                record = self.loops[ident] = ThreadRecord(bool(self.token))
         return record
 
     def loading_record(self) -> ThreadRecord:
         """A record for a loading thread that ends (let go with :meth:`retire`)."""
-        record = ThreadRecord(self.tracing)
+        record = ThreadRecord(bool(self.token))
         with self.lock:
             self.others.append(record)
         return record
@@ -123,7 +142,7 @@ class _Process:
             self.retired = [a + b for a, b in zip(self.retired, record.counts, strict=True)]
             self.others.remove(record)
             if record.spans:
-                self._spans(record.spans)
+                self._write_spans(record.spans)
 
     def took(self, record: ThreadRecord, elapsed: int, first: bool, start: int, now: int) -> None:
         """The loop received an item (main process: it waited ``elapsed``; a worker: it made one)."""
@@ -144,77 +163,91 @@ class _Process:
             self.flush(now)
 
     def flush(self, now: int) -> None:
-        """Writes this process's totals into its slot (and a trace's new spans into its ring)."""
+        """Writes this process's totals into its slot (and a trace's new spans to its file)."""
         with self.lock:
             records = [*self.loops.values(), *self.others]
-            totals = np.array(self.retired, dtype=np.int64)
+            totals = np.array(self.retired[: self.width], dtype=np.int64)
             for record in records:
-                totals += np.array(record.counts, dtype=np.int64)
+                totals += np.array(record.counts[: self.width], dtype=np.int64)
             slot = self.slot
             if self.base is None:  # the first flush: go on from whoever had the slot before
-                before = int(slot[_PID])
-                fresh = before in (0, self.pid)
-                self.base = np.zeros(FIELDS, np.int64) if fresh else slot[_SLOT_HEAD:].copy()
+                fresh = int(slot[_PID]) in (0, self.pid)
+                self.base = np.zeros(self.width, np.int64) if fresh else slot[_SLOT_HEAD:].copy()
                 slot[_PID] = self.pid
             slot[_SLOT_HEAD:] = self.base + totals
             slot[_FLUSHED] = now
             if self.started and not slot[_STARTED]:
                 slot[_STARTED] = self.started
-            tracing = self.ring is not None and bool(self.array[_TRACING])
-            for record in records:
-                spans = record.spans
-                if spans:
-                    record.spans = []
-                    self._spans(spans)
-                if tracing != (record.spans is not None):
-                    record.tracing(tracing)
-            self.tracing = tracing
+            self._trace(records)
             # A trace's spans leave a worker often: what it has not written when the trace ends is lost.
-            often = tracing and self.loop_span == WORKER_SPAN
+            often = self.token and self.loop_span == WORKER_SPAN
             self.flush_at = now + (_TRACE_FLUSH_NS if often else _FLUSH_NS)
 
-    def _spans(self, spans: list[tuple[int, int, int]]) -> None:
-        if self.ring is None:
+    def _trace(self, records: list[ThreadRecord]) -> None:
+        """Writes the records' spans; follows the header's trace flag (spans kept or not)."""
+        spans: list[tuple[int, int, int]] = []
+        for record in records:
+            if record.spans:
+                spans.extend(record.spans)
+                record.spans = []
+        if spans:
+            self._write_spans(spans)
+        token = int(self.array[_TOKEN]) if self.array[_TRACING] else 0
+        if token != self.token:
+            self.token, self.written = token, 0
+            for record in records:
+                record.tracing(bool(token))
+
+    def _write_spans(self, spans: list[tuple[int, int, int]]) -> None:
+        room = TRACE_SPANS - self.written
+        if not self.token or room <= 0:
             return
-        kept = np.asarray(spans[-RING:], dtype=np.int64).reshape(-1, 3)
-        count = int(self.slot[_RING_COUNT])
-        self.ring[(count + np.arange(len(kept))) % RING] = kept
-        self.slot[_RING_COUNT] = count + len(kept)
+        kept = np.asarray(spans[:room], dtype=np.int64)
+        path = os.path.join(_trace_dir(self.token), f"{self.number}-{self.pid}.spans")
+        try:
+            with open(path, "ab") as out:  # (no directory: the trace has ended)
+                kept.tofile(out)
+        except OSError:
+            return
+        self.written += len(kept)
 
 
 class LoopMeter:
     """The loop's side of one pass in one process: each ``next()`` timed, from the loop's ask
     (:meth:`asked`) to the item being ready (:meth:`ready`), the stages in between counted.
 
-    In sample mode, ``per`` samples (the loader's batch) make one wait.
+    In sample mode, a run of ``per`` samples (the loader's batch) is one wait, timed from the
+    run's first ask to its last sample: within a run, two attribute updates a sample.
     """
 
-    __slots__ = ("first", "items", "opened", "pending", "per", "previous", "process", "record", "start")
+    __slots__ = ("first", "left", "opened", "per", "previous", "process", "record", "start")
 
     def __init__(self, process: _Process, per: int) -> None:
         self.process = process
         self.record = process.loop_record()
-        self.per = per
+        self.per = self.left = per
         self.previous: ThreadRecord | None = None
-        self.start = self.pending = self.items = 0
+        self.start = 0
         self.first = True
         self.opened = False
 
     def asked(self) -> None:
+        if self.opened:  # within a run of samples
+            return
         self.previous = swap(self.record)
         self.opened = True
         self.start = perf_counter_ns()
 
     def ready(self) -> None:
+        self.left -= 1
+        if self.left:
+            return
         now = perf_counter_ns()
         swap(self.previous)
         self.opened = False
-        self.pending += now - self.start
-        self.items += 1
-        if self.items % self.per == 0:
-            self.process.took(self.record, self.pending, self.first, self.start, now)
-            self.first = False
-            self.pending = 0
+        self.left = self.per
+        self.process.took(self.record, now - self.start, self.first, self.start, now)
+        self.first = False
 
     def close(self) -> None:
         """The pass ended (or was left): the last ask is no wait for an item; totals written."""
@@ -314,47 +347,21 @@ class Telemetry:
         """The window's :class:`LoadStats` (since the last reset); ``reset``: a new window starts."""
         now = perf_counter_ns()
         if self.shared is None:
-            return summarize(None, None, None, 0.0, [])
-        array = self.shared.numpy()
+            return summarize(None, None, None, 0.0)
         end = now
         process = self.local()
         if process is not None:
             process.flush(now)
             if process.ended and process.last:  # the loop's pass is over: so is the window
                 end = max(process.last, self._reset_ns)
-        slots = array[_HEAD : _HEAD + SLOTS * _SLOT].reshape(SLOTS, _SLOT).copy()
-        totals = slots[:, _SLOT_HEAD:]
+        heads, totals = _read_slots(self.shared.numpy())
         window = totals if self._baseline is None else np.maximum(totals - self._baseline, 0)
-        start = self._window_start(slots)
+        start = self._reset_ns or _first_start(heads[:, _STARTED])
         seconds = max(0, end - start) / 1e9 if start else 0.0
-        stats = summarize(window, totals, slots[:, _PID], seconds, self._spans(array, slots, start))
+        stats = summarize(window, totals, heads[:, _PID], seconds)
         if reset:
             self._baseline, self._reset_ns = totals, now
         return stats
-
-    def _window_start(self, slots: Int64s) -> int:
-        """The last reset, else the loop's first ``next()`` (else a worker's first batch)."""
-        if self._reset_ns:
-            return self._reset_ns
-        started = slots[:, _STARTED]
-        if started[0]:
-            return int(started[0])
-        found = started[started > 0]
-        return int(found.min()) if len(found) else 0
-
-    def _spans(self, array: Int64s, slots: Int64s, since: int) -> list[tuple[int, int, int, int, int]]:
-        """``(slot, pid, code, start, end)`` of the rings' spans that end after ``since``."""
-        found: list[tuple[int, int, int, int, int]] = []
-        for slot in range(TRACED):
-            kept = min(int(slots[slot, _RING_COUNT]), RING)
-            if not kept:
-                continue
-            start = _HEAD + SLOTS * _SLOT + slot * RING * 3
-            ring = array[start : start + RING * 3].reshape(RING, 3)[:kept]
-            pid = int(slots[slot, _PID])
-            kept_spans = ring[ring[:, 2] >= since].tolist()
-            found.extend((slot, pid, code, start, end) for code, start, end in kept_spans)
-        return found
 
     @contextlib.contextmanager
     def trace(self, path: str | os.PathLike[str]) -> Iterator[None]:
@@ -362,8 +369,11 @@ class Telemetry:
         if self.shared is None:
             raise ValueError(f"load telemetry is off ({ENV_VAR}=0): there is nothing to trace")
         array = self.shared.numpy()
+        token = int.from_bytes(os.urandom(7), "little") or 1
+        directory = _trace_dir(token)
+        os.makedirs(directory, mode=0o700)
         start = perf_counter_ns()
-        array[_TRACING] = 1
+        array[_TOKEN], array[_TRACING] = token, 1
         process = self.local()
         if process is not None:
             process.flush(start)
@@ -374,10 +384,43 @@ class Telemetry:
             now = perf_counter_ns()
             process = self.local()
             if process is not None:
-                process.flush(now)
-            slots = array[_HEAD : _HEAD + SLOTS * _SLOT].reshape(SLOTS, _SLOT)
-            spans = [span for span in self._spans(array, slots, start) if span[3] <= now]
+                process.flush(now)  # (writes its last spans, and stops keeping them)
+            try:
+                spans = _read_spans(directory, start, now)
+            finally:
+                shutil.rmtree(directory, ignore_errors=True)
             write_chrome_trace(path, spans)
+
+
+def _read_slots(array: Int64s) -> tuple[Int64s, Int64s]:
+    """Each slot's header and counters (a worker's histogram: zeros), one row per process."""
+    heads = np.zeros((SLOTS, _SLOT_HEAD), dtype=np.int64)
+    totals = np.zeros((SLOTS, FIELDS), dtype=np.int64)
+    for slot in range(SLOTS):
+        at, width = _slot_range(slot)
+        heads[slot] = array[at : at + _SLOT_HEAD]
+        totals[slot, :width] = array[at + _SLOT_HEAD : at + _SLOT_HEAD + width]
+    return heads, totals
+
+
+def _first_start(started: Int64s) -> int:
+    """The loop's first ``next()`` (else a worker's first batch): where a window without reset starts."""
+    if started[0]:
+        return int(started[0])
+    found = started[started > 0]
+    return int(found.min()) if len(found) else 0
+
+
+def _read_spans(directory: str, start: int, end: int) -> list[Span]:
+    """The spans the processes wrote in ``directory`` (``SLOT-PID.spans``) within ``[start, end]``."""
+    found: list[Span] = []
+    for name in sorted(os.listdir(directory)):
+        slot, _, pid = name.removesuffix(".spans").partition("-")
+        spans = np.fromfile(os.path.join(directory, name), dtype=np.int64)
+        spans = spans[: len(spans) // 3 * 3].reshape(-1, 3)
+        spans = spans[(spans[:, 1] >= start) & (spans[:, 2] <= end)]
+        found.extend((int(slot), int(pid), code, begin, until) for code, begin, until in spans.tolist())
+    return found
 
 
 def _recording(process: _Process, loads: Iterator[T]) -> Iterator[T]:

@@ -62,14 +62,16 @@ STAGES = ("read", "remote", "inflate", "decode", "image_decode", "transform", "h
 READ, REMOTE, INFLATE, DECODE, IMAGE_DECODE, TRANSFORM, HANDOFF = range(len(STAGES))
 LOOP_SPAN, WORKER_SPAN = len(STAGES), len(STAGES) + 1  # the trace's names of a loop's next()
 
-# A thread's counters, one flat list (the layout of a process's slot in shared memory too).
-RECORDS = 3 * len(STAGES)  # records read and decoded
-BYTES = RECORDS + 1  # bytes read from the shards (framed records, or what a batch read took)
-REQUESTS = RECORDS + 2  # requests to remote storage that a read waited for
-CACHED = RECORDS + 3  # shards opened through the node's cache
-LOOP_NS, LOOP_COUNT = RECORDS + 4, RECORDS + 5  # the loop's next() (first of a pass excluded)
-FIRST_NS, FIRST_COUNT = RECORDS + 6, RECORDS + 7  # the first next() of each pass (start-up)
-HISTOGRAM = RECORDS + 8  # LOOP_NS's next() calls by duration (see bucket)
+# A thread's counters, one flat list (the layout of a process's slot in shared memory too): each
+# stage's nanoseconds, calls and amount (bytes; for decoding, records), then the others.
+BYTES = 3 * READ + 2  # bytes read from the shards (framed records, or what a batch read took)
+RECORDS = 3 * DECODE + 2  # records decoded
+_OTHERS = 3 * len(STAGES)
+REQUESTS = _OTHERS  # requests to remote storage that a read waited for
+CACHED = _OTHERS + 1  # shards opened through the node's cache
+LOOP_NS, LOOP_COUNT = _OTHERS + 2, _OTHERS + 3  # the loop's next() (first of a pass excluded)
+FIRST_NS, FIRST_COUNT = _OTHERS + 4, _OTHERS + 5  # the first next() of each pass (start-up)
+HISTOGRAM = _OTHERS + 6  # LOOP_NS's next() calls by duration (see bucket)
 BUCKETS = 112
 FIELDS = HISTOGRAM + BUCKETS
 _SUB = 4  # buckets per doubling: each about 19% wide
@@ -106,11 +108,12 @@ class ThreadRecord:
             stage plus 16 times the thread's id); else None.
     """
 
-    __slots__ = ("code", "consumed", "counts", "spans", "starts")
+    __slots__ = ("code", "consumed", "counts", "now", "spans", "starts")
 
     def __init__(self, spans: bool = False) -> None:
         self.counts = [0] * FIELDS
         self.consumed = 0
+        self.now = 0  # the clock at the last stage's end
         self.code = threading.get_native_id() << 4
         self.spans: list[tuple[int, int, int]] | None = [] if spans else None
         self.starts: list[int] = []  # a trace's stage starts, innermost last
@@ -146,30 +149,15 @@ def begin() -> int | None:
     return now - record.consumed
 
 
-def end(stage: int, token: int | None, amount: int = 0) -> None:
-    """The stage begun with ``token`` ends: its own time, a call and ``amount`` bytes are counted."""
-    if token is not None:
-        _count(stage, token, amount)
-
-
-def lap(stage: int, token: int | None, amount: int = 0) -> int | None:
-    """:func:`end` of ``stage`` and :func:`begin` of the next one, at the same instant."""
+def end(stage: int, token: int | None, amount: int = 0) -> ThreadRecord | None:
+    """The stage begun with ``token`` ends: its own time, a call and ``amount`` (bytes; for
+    decoding, records) are counted. Returns the thread's record (None: nothing counted)."""
     if token is None:
         return None
-    now = _count(stage, token, amount)
-    record = _local.record
-    if record is None:
-        return None
-    if record.spans is not None:
-        record.starts.append(now)
-    return now - record.consumed
-
-
-def _count(stage: int, token: int, amount: int) -> int:
     now = perf_counter_ns()
     record = _local.record
     if record is None:
-        return now
+        return None
     own = now - record.consumed - token
     record.consumed += own
     counts = record.counts
@@ -180,11 +168,22 @@ def _count(stage: int, token: int, amount: int) -> int:
         counts[at + 2] += amount
     if record.spans is not None and record.starts:
         record.spans.append((record.code + stage, record.starts.pop(), now))
-    return now
+    record.now = now
+    return record
+
+
+def lap(stage: int, token: int | None, amount: int = 0) -> int | None:
+    """:func:`end` of ``stage`` and :func:`begin` of the next one, at the same instant."""
+    record = end(stage, token, amount)
+    if record is None:
+        return None
+    if record.spans is not None:
+        record.starts.append(record.now)
+    return record.now - record.consumed
 
 
 def count(field: int, amount: int) -> None:
-    """Adds ``amount`` to a counter (:data:`RECORDS`, :data:`BYTES`, ...) of this thread's record."""
+    """Adds ``amount`` to a counter (:data:`REQUESTS`, :data:`CACHED`) of this thread's record."""
     record = _local.record
     if record is not None:
         record.counts[field] += amount
@@ -253,7 +252,7 @@ class Helpers:
                 counts[at + 1] += record.counts[at + 1]
                 counts[at + 2] += record.counts[at + 2]
                 shared += own
-            for field in range(RECORDS, FIELDS):
+            for field in range(_OTHERS, FIELDS):
                 counts[field] += record.counts[field]
             if parent.spans is not None and record.spans:
                 parent.spans.extend(record.spans)
