@@ -28,10 +28,12 @@ from ..support.stages import (
     HISTOGRAM,
     LOOP_COUNT,
     LOOP_NS,
+    LOOP_SPAN,
     RECORDS,
     REMOTE,
     REQUESTS,
     STAGES,
+    WORKER_SPAN,
     bucket_bounds,
 )
 
@@ -56,13 +58,17 @@ BOTTLENECKS = (
     "handoff",
     "unknown",
 )
-"""What :attr:`LoadStats.bottleneck` can be (``"unknown"``: nothing was measured in the window)."""
+"""What ``LoadStats.bottleneck`` can be (``"unknown"``: nothing was measured in the window)."""
 WAIT_SHARE_NONE = 0.05
 """Below this share of the wall time spent waiting in ``next()``, loading is no bottleneck."""
-_SPAN_NAMES = (*STAGES, "next() wait", "make batch")
+_SPAN_NAMES = {
+    **{2 * i: stage for i, stage in enumerate(STAGES)},
+    LOOP_SPAN: "next() wait",
+    WORKER_SPAN: "make batch",
+}
 Int64s = npt.NDArray[np.int64]
 Span = tuple[int, int, int, int, int]
-"""A traced stage: ``(row, pid, code, start_ns, end_ns)``, ``code`` the stage plus 16 times the thread id."""
+"""A traced stage: ``(row, pid, code, start_ns, end_ns)``, ``code`` the stage plus 32 times the thread id."""
 
 _ADVICE = {
     "none": "the loop waited {wait} of the time for data: loading keeps up, and a faster loader would "
@@ -255,11 +261,11 @@ def summarize(
     records, read_bytes = int(window[:, RECORDS].sum()), int(window[:, BYTES].sum())
     if not batches and not records:
         return _empty("no batch was loaded in this window yet", seconds)
-    stage_ns = {stage: int(window[:, 3 * i].sum()) for i, stage in enumerate(STAGES)}
+    stage_ns = {stage: int(window[:, 2 * i].sum()) for i, stage in enumerate(STAGES)}
     per_batch, cost = {}, {}
     for i, stage in enumerate(STAGES):
-        in_main = main[3 * i] / max(1, main_batches) / 1e9
-        in_workers = workers[:, 3 * i].sum() / max(1, worker_batches) / 1e9
+        in_main = main[2 * i] / max(1, main_batches) / 1e9
+        in_workers = workers[:, 2 * i].sum() / max(1, worker_batches) / 1e9
         per_batch[stage] = float(in_main + in_workers)
         cost[stage] = float(in_main + in_workers / max(1, working))  # workers run side by side
     startup = main[FIRST_NS] / 1e9
@@ -268,7 +274,7 @@ def summarize(
     steady = seconds - startup
     share = min(1.0, wait / steady) if waited and steady > 0 else None
     histogram = main[HISTOGRAM : HISTOGRAM + BUCKETS]
-    remote_bytes = int(window[:, 3 * REMOTE + 2].sum())
+    remote_bytes = int(window[:, REMOTE + 1].sum())
     cached = bool(totals[:, CACHED].sum())
     bottleneck = _bottleneck(share, cost)
     return LoadStats(
@@ -340,7 +346,7 @@ def _processes(window: Int64s, pids: Int64s) -> tuple[ProcessLoad, ...]:
                 batches=batches,
                 records=int(counts[RECORDS]),
                 busy_seconds=float(counts[LOOP_NS] + counts[FIRST_NS]) / 1e9,
-                stage_seconds={stage: counts[3 * i] / 1e9 for i, stage in enumerate(STAGES)},
+                stage_seconds={stage: counts[2 * i] / 1e9 for i, stage in enumerate(STAGES)},
             )
         )
     return tuple(found)
@@ -377,7 +383,7 @@ def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> N
     named: set[tuple[int, int]] = set()
     origin = min((span[3] for span in spans), default=0)
     for row, pid, code, start, end in spans:
-        tid, kind = code >> 4, code & 15
+        tid, kind = code >> 5, code & 31
         if (pid, -1) not in named:
             named.add((pid, -1))
             name = "main process" if row == 0 else f"worker {row - 1}"
@@ -393,7 +399,7 @@ def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> N
         events.append(
             {
                 "ph": "X",
-                "name": _SPAN_NAMES[kind] if kind < len(_SPAN_NAMES) else f"span {kind}",
+                "name": _SPAN_NAMES.get(kind, f"span {kind}"),
                 "cat": "torch_tfrecord",
                 "pid": pid,
                 "tid": tid,
