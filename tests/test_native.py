@@ -40,6 +40,7 @@ from torch_tfrecord import (
 )
 from torch_tfrecord.codec import decode as codec_decode
 from torch_tfrecord.codec import native
+from torch_tfrecord.codec.spec import normalize_spec
 from torch_tfrecord.proto import Example, SequenceExample
 from torch_tfrecord.records import gather
 from torch_tfrecord.records.framing import encode_record
@@ -116,7 +117,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def native_examples(records: list[bytes], spec: Mapping[str, Any]) -> Any:
-    normalized = tt.spec.normalize_spec(spec)
+    normalized = normalize_spec(spec)
     assert normalized is not None
     return native.decode_examples(records, normalized, None)
 
@@ -526,7 +527,7 @@ def test_framed_records_check_lengths_and_crcs() -> None:
     sizes = np.array([len(f) for f in frames], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     order = np.array([3, 0, 4, 1, 2])
-    spec = tt.spec.normalize_spec(SPEC)
+    spec = normalize_spec(SPEC)
     assert spec is not None
     batch = native.decode_framed(buffer, starts[order], sizes[order], spec, verify_crc=True)
     assert same(batch, reference_examples([payloads[i] for i in order], SPEC))
@@ -794,7 +795,7 @@ def test_without_the_extension_warns_once_and_decodes(monkeypatch: pytest.Monkey
 
 def test_named_dimensions_go_to_the_protobuf_decoder() -> None:
     spec = {"raw": RawTensor(torch.uint8, ("h", 2)), "h": FixedLen((), torch.int64)}
-    assert native_examples([b""], tt.spec.normalize_spec(spec)) is None  # type: ignore[arg-type]
+    assert native_examples([b""], normalize_spec(spec)) is None  # type: ignore[arg-type]
     record = tt.encode_example({"raw": tt.BytesList([bytes(6)]), "h": 3})
     assert [t.shape for t in tt.decode_batch([record], spec)["raw"]] == [(3, 2)]
 
