@@ -12,7 +12,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..codec.inspect import describe_record, show_key
-from ..codec.label_map import class_names_beside
+from ..codec.label_map import LabelMapError, class_names_beside
 from ..errors import TFRecordError
 from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
@@ -59,14 +59,28 @@ class Catalog:
         self.storage_options = storage_options
         found, expected = files or expand_paths(self.paths, storage_options)
         self.shards = [Shard(path, storage_options, expected.get(path)) for path in found]
-        local = [p for p in self.paths if "://" not in p]
-        self.class_names = next((n for n in map(class_names_beside, local) if n), {})
+        self.warnings: list[str] = []  # side files that could not be read (the files page says)
+        self.class_names = self._class_names([p for p in self.paths if "://" not in p])
         self.stats_records = stats_records
         self._statistics = FeatureStatistics()
         self._stats_done = False
         self._stats_thread: threading.Thread | None = None
         self._schema: dict[str, Any] | None = None
         self._lock = threading.Lock()
+
+    def _class_names(self, local: Sequence[str]) -> dict[int, str]:
+        """The names of the first label map beside the paths; a malformed one is named on the
+        files page, and the viewer goes on without it."""
+        for path in local:
+            try:
+                names = class_names_beside(path)
+            except (LabelMapError, OSError) as error:
+                self.warnings.append(f"{type(error).__name__}: {error}")
+                logger.warning("%s", error)
+                continue
+            if names:
+                return names
+        return {}
 
     def start(self, build: bool = True) -> None:
         """Loads every file's index in the background, and builds those missing (local files);
@@ -91,7 +105,8 @@ class Catalog:
 
     def files(self) -> dict[str, Any]:
         """The files page: each file's size, records and index state, and the damage found."""
-        return {"paths": self.paths, "files": [shard.describe() for shard in self.shards]}
+        files = [shard.describe() for shard in self.shards]
+        return {"paths": self.paths, "files": files, "warnings": self.warnings}
 
     def records(self, file: int, start: int, count: int) -> dict[str, Any]:
         """A page of records of one file; ``pending`` while the index needed for it is built."""

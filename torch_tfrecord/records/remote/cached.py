@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ...errors import RemoteIOError
+from ...errors import IndexFormatError, RemoteIOError
 from .cache import ShardCache, cache_key
 from .cache_dir import CacheWriteError, read_small, writing
 from .ranged import RemoteFile, RequestCounter
@@ -128,11 +128,21 @@ def _fetch(
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
 
 
-def read_through(cache: ShardCache, url: str, storage_options: StorageOptions = None) -> bytes:
+def read_through(
+    cache: ShardCache, url: str, storage_options: StorageOptions = None, *, limit: int | None = None
+) -> bytes:
     """The whole (small) object at ``url`` (an index file), from its cached copy, which is
-    fetched first if there is none; from the store when the cache cannot take it."""
+    fetched first if there is none; from the store when the cache cannot take it.
+
+    Raises:
+        IndexFormatError: the object is larger than ``limit`` (nothing fetched).
+    """
     info = file_info(url, storage_options)
     size, version = int(info["size"]), file_version(info)
+    if limit is not None and size > limit:
+        raise IndexFormatError(
+            f"{url!r} has {size:,} bytes: more than an index of its data file can hold ({limit:,}); not read"
+        )
     path = cache.lookup(url, size, version) or download(
         cache, url, size, version, storage_options, recheck=size > _FIRST_CHUNK
     )

@@ -189,10 +189,18 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
     return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
 
 
-def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
-    """The whole object at ``url`` (retried)."""
+def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | None = None) -> bytes:
+    """The whole object at ``url`` (retried); with ``limit``, at most ``limit + 1`` bytes of it
+    (one request either way: the caller tells an object larger than ``limit`` by the length)."""
     fs, path = filesystem(url, storage_options)
-    return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+    if limit is None:
+        return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+    try:
+        return retrying(lambda: fs.cat_file(path, start=0, end=limit + 1), url, "reading")  # type: ignore[no-any-return]
+    except OSError:
+        if int(file_info(url, storage_options)["size"]) == 0:  # (S3 refuses any range of an empty object)
+            return b""
+        raise
 
 
 def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:
