@@ -181,7 +181,7 @@ def native_profile(paths: list[str], spec: dict, repeats: int, total_s: float) -
     normalized = normalize_spec(spec)
     assert normalized is not None and native._native is not None
     table = native._columns(tuple(normalized.items()), ())
-    read_s, _ = timed(lambda: sum(len(files.read_framed(ids)[1]) for ids in id_batches), repeats)  # type: ignore[index]
+    read_s, _ = timed(lambda: sum(len(files.read_framed(ids)[1]) for ids in id_batches), repeats)
     framed = [files.read_framed(ids) for ids in id_batches]
 
     def raw(columns: Any, verify: bool) -> int:

@@ -21,9 +21,8 @@ from .cache_plan import ReadSchedule
 from .epoch import DEFAULT_PREFETCH, EpochDataset
 from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
 from .pipeline import SeededTransform, decoder_for, transformed
-from .remote_shards import CacheDir
 from .shard_index import IndexArg
-from .shards import RecordFiles, record_files
+from .shards import CacheDir, RecordFiles, record_files
 from .world import resolve_world
 
 __all__ = ["TFRecordDataset"]

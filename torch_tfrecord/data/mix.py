@@ -16,6 +16,7 @@ import torch
 
 from .dataset import TFRecordDataset
 from .epoch import DEFAULT_PREFETCH, EpochDataset
+from .frameworks import Wrapper
 from .mix_schedule import MixSchedule, locate, quotas
 from .order import EpochPlan
 from .resume import Resume, is_loader_state, map_dataset_states
@@ -114,6 +115,17 @@ class MixedDataset(EpochDataset):
         self._schedule = MixSchedule(self.counts, (0,) * len(self.counts))
         self._saved: MixSchedule | None = None  # the schedule of a loaded epoch, if another
         self._loading: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # counts, offsets being loaded
+
+    def _check_wrapper(self, wrapper: Wrapper | None) -> None:
+        super()._check_wrapper(wrapper)
+        batches = self.plan.batch_size is not None and self.plan.world_size > 1
+        if batches and wrapper is not None and wrapper.kind == "dispatcher":
+            raise ValueError(
+                "under Accelerate's DataLoaderDispatcher, a mix in batch mode cannot be dispatched: "
+                "its batches hold one sub-batch per source, which the dispatcher would cut across "
+                "ranks; give the mix no batch_size and the DataLoader batch_size=B with "
+                "collate_fn=tt.collate"
+            )
 
     def _schedule_of(self, epoch: int) -> MixSchedule:
         resume = self._resume

@@ -4,6 +4,7 @@ mapping) into one buffer in one call, without the GIL. Callers check that it is 
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,17 @@ import numpy.typing as npt
 
 from ..support.extension import compiled as _native
 
-__all__ = ["gather", "read_into"]
+__all__ = ["Gathered", "gather", "read_into"]
+
+
+class Gathered(enum.IntEnum):
+    """What ``gather`` in _native.c returns first: the batch read, or what it needs before it can."""
+
+    DONE = 0  # every record read; the value: bytes used
+    OPEN = 1  # the value: a shard to open first (its descriptor is -1)
+    GROW = 2  # the value: bytes the buffer must hold
+    FAILED = 3  # a record past its file's end, or a read that failed
+    BAD_ID = 4  # an id out of range
 
 
 def read_into(
@@ -36,8 +47,7 @@ def gather(
     gap: int,
 ) -> tuple[int, int]:
     """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
-    _native.c): ``(0, bytes used)``, ``(1, shard to open first)``, ``(2, bytes out must hold)``,
-    ``(3, 0)`` for a record past its file's end or a failed read, ``(4, 0)`` for an id out of range.
+    _native.c): ``(status, value)``, the status a :class:`Gathered`.
     Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
     records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
     it when they lie apart."""
