@@ -290,7 +290,7 @@ def test_a_poisoned_copy_with_the_right_size_and_version_is_fetched_again(
 
     first = dataset()
     assert sum(len(b["id"]) for b in first) == 100
-    assert first.files.remote.fetch(0) is not None  # (the download may still be finishing)
+    assert first.files.pool.fetch(0) is not None  # (the download may still be finishing)
     (entry,) = [e for e in ShardCache(tmp_path / "c").entries() if e.url == url]
     assert Path(entry.path).read_bytes() == truth
     # Three records' blobs rewritten (each record keeps its framing, the copy its size and the

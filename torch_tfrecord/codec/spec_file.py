@@ -136,8 +136,14 @@ def decode_spec_json(text: str, source: str = "spec.json") -> dict[str, dict[str
             result[part] = {
                 key: _feature(entry, f"{source} feature {key!r}") for key, entry in entries.items()
             }
-    if not result:
-        raise SpecError(f"{source}: holds neither 'spec' nor 'sequence_spec'")
+    if (
+        not result
+        or ("spec" in result) == ("sequence_spec" in result)
+        or ("context_spec" in result) > ("sequence_spec" in result)
+    ):
+        raise SpecError(
+            f"{source}: holds neither 'spec' nor 'sequence_spec' (or both, or a context without it)"
+        )
     return result
 
 

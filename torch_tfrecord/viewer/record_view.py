@@ -139,7 +139,9 @@ def view_described(
     list's true count, bytes values by their first bytes, and no image inside the JSON."""
     if described is None:
         return {**_empty(size), "kind": "raw", "image": None, "raw": None, "summarised": True}
-    lists = described.lists if described.lists and not doubt_keys(list(described.lists)) else None
+    lists = described.lists
+    if lists is not None and doubt_keys(list(lists)):
+        lists = None
     view = _view(described.features, described.counts, lists, size, class_names, 0)
     # (a class mask is drawn from the whole record: not for one this large)
     return {**view, "mask": False, "summarised": True, "partial": described.partial}

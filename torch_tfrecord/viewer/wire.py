@@ -47,13 +47,15 @@ class Described:
         features: ``{key: (kind, values kept)}`` as ``describe_record`` gives (bytes values may be
             :class:`Prefix`).
         counts: each feature's number of values.
-        lists: ``{key: (kind, steps kept, number of steps)}`` of a SequenceExample's feature lists.
+        lists: ``{key: (kind, steps kept, number of steps)}`` of a SequenceExample's feature lists;
+            None when the record sets none, or sets a field 2 that is not FeatureLists (then it
+            reads as an Example, whose field 2 is unknown: skipped whole, as protobuf does).
         partial: a limit stopped the walk or the counting: counts may be lower bounds.
     """
 
     features: dict[str, tuple[str, list[Any]]] = dataclasses.field(default_factory=dict)
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
-    lists: dict[str, tuple[str, list[list[Any]], int]] = dataclasses.field(default_factory=dict)
+    lists: dict[str, tuple[str, list[list[Any]], int]] | None = None
     partial: bool = False
     kept: int = 0
 
@@ -107,8 +109,12 @@ class _Cursor:
         self.position += count
 
     def length(self, end: int) -> int:
-        """A length-delimited field's length, checked to end by ``end``."""
+        """A length-delimited field's length (in at most 5 bytes, as protobuf reads it), checked
+        to end by ``end``."""
+        before = self.position
         count = self.varint()
+        if self.position - before > 5 or count >= 1 << 31:
+            raise WireError(f"a length of {self.position - before} bytes (byte {before})")
         if self.position + count > end:
             raise WireError(f"a length of {count} runs past its message (byte {self.position})")
         return count
@@ -119,14 +125,16 @@ class _Cursor:
             self.steps += 1
             if self.steps > _MAX_STEPS:
                 raise _Stop
+            before = self.position
             tag = self.varint()
-            if tag >> 3 == 0:
-                raise WireError(f"field number 0 (byte {self.position})")
+            if tag >> 3 == 0 or tag >= 1 << 32 or self.position - before > 5:
+                raise WireError(f"field number {tag >> 3} (byte {self.position})")
             yield tag >> 3, tag & 7
         if self.position != end:
             raise WireError(f"a message runs past its end (byte {self.position})")
 
-    def skip_value(self, wire_type: int, end: int, depth: int = 0) -> None:
+    def skip_value(self, field: int, wire_type: int, end: int, depth: int = 0) -> None:
+        """Steps over field ``field``'s value (a group up to its own end-group tag)."""
         if wire_type == 0:
             self.varint()
         elif wire_type == 1:
@@ -136,11 +144,14 @@ class _Cursor:
         elif wire_type == 5:
             self.skip(4)
         elif wire_type == 3 and depth < _MAX_DEPTH:
-            while True:
+            while self.position < end:
                 tag = self.varint()
                 if tag & 7 == 4:
+                    if tag >> 3 != field:
+                        raise WireError(f"a group ends with another field's tag (byte {self.position})")
                     return
-                self.skip_value(tag & 7, end, depth + 1)
+                self.skip_value(tag >> 3, tag & 7, end, depth + 1)
+            raise WireError(f"a group runs past its message (byte {self.position})")
         else:
             raise WireError(f"wire type {wire_type} (byte {self.position})")
 
@@ -161,7 +172,7 @@ def _values(cursor: _Cursor, kind: str, end: int, found: Described, keep: int) -
     for field, wire_type in cursor.fields(end):
         room = keep - len(values) if found.kept < KEPT_BYTES else 0
         if field != 1:
-            cursor.skip_value(wire_type, end)
+            cursor.skip_value(field, wire_type, end)
         elif kind == "bytes" and wire_type == 2:
             size = cursor.length(end)
             count += 1
@@ -226,36 +237,36 @@ def _feature(cursor: _Cursor, end: int, found: Described, keep: int) -> tuple[st
             kind = _KIND[field]  # (a oneof: the last one set wins)
             values, count = _values(cursor, kind, cursor.position + inner, found, keep)
         else:
-            cursor.skip_value(wire_type, end)
+            cursor.skip_value(field, wire_type, end)
     return kind, values, count
 
 
-def _entry(cursor: _Cursor, end: int, on_value: Callable[[str, int], None]) -> None:
-    """A map entry: its key, then ``on_value(key, end of the value)`` at the value."""
-    key = ""
+def _map(cursor: _Cursor, end: int, value: Callable[[int], Any], commit: Callable[[str, Any], None]) -> None:
+    """A map field's entries: each one's value read by ``value(end of the value)``, then
+    ``commit(key, value or None)``; an entry holding other fields is left out, as upb does."""
     for field, wire_type in cursor.fields(end):
-        if field == 1 and wire_type == 2:
-            size = cursor.length(end)
-            try:
-                key = cursor.take(size).decode("utf-8") if size <= 4096 else ""
-            except UnicodeDecodeError:
-                raise WireError(f"a key that is not UTF-8 (byte {cursor.position})") from None
-            if size > 4096:
-                raise WireError(f"a key of {size} bytes (byte {cursor.position})")
-        elif field == 2 and wire_type == 2:
-            size = cursor.length(end)
-            on_value(key, cursor.position + size)
-        else:
-            cursor.skip_value(wire_type, end)
-
-
-def _map(cursor: _Cursor, end: int, on_value: Callable[[str, int], None]) -> None:
-    for field, wire_type in cursor.fields(end):
-        if field == 1 and wire_type == 2:
-            size = cursor.length(end)
-            _entry(cursor, cursor.position + size, on_value)
-        else:
-            cursor.skip_value(wire_type, end)
+        if field != 1 or wire_type != 2:
+            cursor.skip_value(field, wire_type, end)
+            continue
+        entry_end = cursor.length(end) + cursor.position
+        key, found, unknown = "", None, False
+        for inner, inner_type in cursor.fields(entry_end):
+            if inner == 1 and inner_type == 2:
+                size = cursor.length(entry_end)
+                if size > 4096:
+                    raise WireError(f"a key of {size} bytes (byte {cursor.position})")
+                try:
+                    key = cursor.take(size).decode("utf-8")
+                except UnicodeDecodeError:
+                    raise WireError(f"a key that is not UTF-8 (byte {cursor.position})") from None
+            elif inner == 2 and inner_type == 2:
+                size = cursor.length(entry_end)
+                found = value(cursor.position + size)
+            else:
+                unknown = True
+                cursor.skip_value(inner, inner_type, entry_end)
+        if not unknown:
+            commit(key, found)
 
 
 def describe_payload(read: Read, size: int, keep: int = KEEP) -> Described:
@@ -266,11 +277,11 @@ def describe_payload(read: Read, size: int, keep: int = KEEP) -> Described:
     """
     cursor, found = _Cursor(read, size), Described()
 
-    def feature(key: str, end: int) -> None:
-        kind, values, count = _feature(cursor, end, found, keep)
+    def feature(key: str, value: tuple[str, list[Any], int] | None) -> None:
+        kind, values, count = value or ("empty", [], 0)
         found.features[key], found.counts[key] = (kind, values), count
 
-    def feature_list(key: str, end: int) -> None:
+    def feature_list(end: int) -> tuple[str, list[list[Any]], int]:
         kinds: list[str] = []
         steps: list[list[Any]] = []
         count = 0
@@ -284,20 +295,35 @@ def describe_payload(read: Read, size: int, keep: int = KEEP) -> Described:
                 if len(steps) < 32:
                     steps.append(values)
             else:
-                cursor.skip_value(wire_type, end)
-        found.lists[key] = ("/".join(kinds) or "empty", steps, count)
+                cursor.skip_value(field, wire_type, end)
+        return "/".join(kinds) or "empty", steps, count
+
+    def steps(key: str, value: tuple[str, list[list[Any]], int] | None) -> None:
+        lists[key] = value or ("empty", [], 0)
+
+    lists: dict[str, tuple[str, list[list[Any]], int]] = {}
+    sequence = None  # whether field 2 reads as FeatureLists (None: the record has none)
 
     try:
         for field, wire_type in cursor.fields(size):
-            if field in (1, 2) and wire_type == 2:
+            if field == 1 and wire_type == 2:
                 inner = cursor.length(size)
-                _map(cursor, cursor.position + inner, feature if field == 1 else feature_list)
+                _map(cursor, cursor.position + inner, lambda end: _feature(cursor, end, found, keep), feature)
+            elif field == 2 and wire_type == 2:
+                inner = cursor.length(size)
+                end = cursor.position + inner
+                try:
+                    _map(cursor, end, feature_list, steps)
+                    sequence = sequence is not False
+                except WireError:  # not FeatureLists: an Example's unknown field, skipped whole
+                    sequence = False
+                    cursor.skip(end - cursor.position)
             else:
-                cursor.skip_value(wire_type, size)
+                cursor.skip_value(field, wire_type, size)
     except _Stop:
         found.partial = True
     found.features = dict(sorted(found.features.items()))
-    found.lists = dict(sorted(found.lists.items()))
+    found.lists = dict(sorted(lists.items())) if sequence else None
     return found
 
 
@@ -311,36 +337,38 @@ def find_value(read: Read, size: int, key: str, item: int) -> tuple[int, int] | 
     cursor = _Cursor(read, size)
     where: list[tuple[int, int] | None] = [None]
 
-    def feature(name: str, end: int) -> None:
-        if name != key:
-            cursor.skip(end - cursor.position)
-            return
-        where[0] = None
+    def locate(end: int) -> tuple[int, int] | None:
+        """Where value ``item`` of a Feature's BytesList lies (None: it holds none)."""
+        at: tuple[int, int] | None = None
         for field, wire_type in cursor.fields(end):
-            if field == 1 and wire_type == 2:  # a BytesList
+            if field == 1 and wire_type == 2:  # a BytesList (the oneof's last field set wins)
                 inner = cursor.length(end)
                 inner += cursor.position
-                index = 0
+                at, index = None, 0
                 for value_field, value_type in cursor.fields(inner):
                     if value_field == 1 and value_type == 2:
                         length = cursor.length(inner)
-                        if index == item:
-                            where[0] = (cursor.position, length)
+                        at = (cursor.position, length) if index == item else at
                         index += 1
                         cursor.skip(length)
                     else:
-                        cursor.skip_value(value_type, inner)
+                        cursor.skip_value(value_field, value_type, inner)
             else:
-                where[0] = None if field in _KIND else where[0]
-                cursor.skip_value(wire_type, end)
+                at = None if field in _KIND else at
+                cursor.skip_value(field, wire_type, end)
+        return at
+
+    def commit(name: str, value: tuple[int, int] | None) -> None:
+        if name == key:
+            where[0] = value
 
     try:
         for field, wire_type in cursor.fields(size):
             if field == 1 and wire_type == 2:
                 inner = cursor.length(size)
-                _map(cursor, cursor.position + inner, feature)
+                _map(cursor, cursor.position + inner, locate, commit)
             else:
-                cursor.skip_value(wire_type, size)
+                cursor.skip_value(field, wire_type, size)
     except _Stop:
         pass
     return where[0]

@@ -20,6 +20,7 @@ __all__ = [
     "CacheEntry",
     "CacheLimitError",
     "cache_key",
+    "decode_limit",
     "entry_meta",
     "old_layout_files",
     "parse_size",
@@ -119,7 +120,7 @@ def read_schedule(data: bytes | None) -> Schedule | None:
         return None
 
 
-def _limit_of(data: bytes | None) -> tuple[bool, int | None]:
+def decode_limit(data: bytes | None) -> tuple[bool, int | None]:
     """``(whether cache.json reads, the limit it records)``."""
     try:
         config = json.loads(data) if data is not None else None
@@ -135,7 +136,7 @@ def _limit_of(data: bytes | None) -> tuple[bool, int | None]:
 
 def read_limit(root: str, access: Access) -> tuple[bool, int | None]:
     """``(whether the directory records a limit, the limit: None for the disk's free space)``."""
-    return _limit_of(read_small(os.path.join(root, "cache.json"), META_BYTES, access))
+    return decode_limit(read_small(os.path.join(root, "cache.json"), META_BYTES, access))
 
 
 def write_limit(root: str, limit: int | None, access: Access) -> None:
