@@ -13,30 +13,34 @@ Each input is the bytes of a compressed index file. Then:
 
 from __future__ import annotations
 
+import functools
+import os
 import tempfile
-from pathlib import Path
 from typing import Any
 
 from _harness import Rejected, attempt, main
 
-_DATA: dict[str, Any] = {}
 
-
+@functools.cache
 def _data() -> dict[str, Any]:
-    if not _DATA:
-        import torch_tfrecord as tt
-        from torch_tfrecord.records.compressed.index import encode_compressed_index
+    """The GZIP file (made once per process), its records and its true compressed index."""
+    import torch_tfrecord as tt
+    from torch_tfrecord.records.compressed.index import encode_compressed_index
 
-        directory = Path(tempfile.mkdtemp(prefix="fuzz-cidx-"))
-        path = directory / "data.tfrecord.gz"
-        payloads = [tt.encode_example({"i": [i], "pad": [b"x" * (11 * i)]}) for i in range(6)]
-        with tt.RecordWriter(str(path), compression="gzip") as writer:
-            for payload in payloads:
-                writer.write(payload)
-        index = tt.build_compressed_index(path)
-        _DATA.update(path=path, payloads=payloads, size=path.stat().st_size, index=index)
-        _DATA["encoded"] = encode_compressed_index(index)
-    return _DATA
+    payloads = [tt.encode_example({"i": [i], "pad": [b"x" * (11 * i)]}) for i in range(6)]
+    path = tempfile.mkdtemp(prefix="fuzz-cidx-") + "/data.tfrecord.gz"
+    with tt.RecordWriter(path, compression="gzip") as writer:
+        for payload in payloads:
+            writer.write(payload)
+    index = tt.build_compressed_index(path)
+    size = os.path.getsize(path)
+    return {
+        "path": path,
+        "payloads": payloads,
+        "size": size,
+        "index": index,
+        "encoded": encode_compressed_index(index),
+    }
 
 
 def check(data: bytes) -> None:
