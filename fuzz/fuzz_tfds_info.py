@@ -54,9 +54,7 @@ def check(data: bytes) -> None:
     if mode == b"f":
         features = attempt(lambda: parse_features(document))
         if isinstance(features, Rejected):
-            assert isinstance(features.error, tt.TFRecordError) and "feature" in str(features.error), (
-                features
-            )
+            assert isinstance(features.error, tt.TFRecordError) and "feature" in str(features.error), features
         return
     _info(document)
 
