@@ -320,7 +320,7 @@ def check_index(
             index missing a record, of a file appended to or rewritten, is still stale).
             Only those gaps are read.
         storage_options: for the fsspec file system when ``data_path`` is a URL.
-        size: the data file's size, when the caller knows it (else looked up).
+        size: the data file's size, when known (a listing said it): not looked up again.
 
     Raises:
         StaleIndexError: naming both files and the first entry that does not fit.

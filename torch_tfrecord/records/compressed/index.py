@@ -289,7 +289,7 @@ def check_compressed_index(
         StaleIndexError: naming both files and what differs, or the damage.
     """
     where = f"compressed index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
-    size = file_size(data_path, storage_options) if size is None else size
+    size = file_size(data_path, storage_options) if size is None else size  # (known from a listing)
     if size != index.compressed_size:
         raise _other_size(index_path, data_path, index.compressed_size, size)
     tail = read_tail(data_path, size, storage_options)

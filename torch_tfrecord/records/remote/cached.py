@@ -129,15 +129,21 @@ def _fetch(
 
 
 def read_through(
-    cache: ShardCache, url: str, storage_options: StorageOptions = None, *, limit: int | None = None
+    cache: ShardCache,
+    url: str,
+    storage_options: StorageOptions = None,
+    info: dict[str, Any] | None = None,
+    *,
+    limit: int | None = None,
 ) -> bytes:
     """The whole (small) object at ``url`` (an index file), from its cached copy, which is
-    fetched first if there is none; from the store when the cache cannot take it.
+    fetched first if there is none; from the store when the cache cannot take it. ``info``:
+    fsspec's info of the object when known (a listing said it), not looked up again.
 
     Raises:
         IndexFormatError: the object is larger than ``limit`` (nothing fetched).
     """
-    info = file_info(url, storage_options)
+    info = file_info(url, storage_options) if info is None else info
     size, version = int(info["size"]), file_version(info)
     if limit is not None and size > limit:
         raise IndexFormatError(
