@@ -181,3 +181,45 @@ def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_witho
         listed, dataset = start("s3://bucket/d/train-*.tfrecord")
         assert listed <= 60 + 2, proxy.requests  # one listing, then one request per shard: its index
         assert sorted(_ids(dataset)) == expected
+
+
+def test_from_tfds_and_the_viewer_take_a_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TFDS directory described by `tfrecord-index manifest`: from_tfds reads its shards' sizes and
+    counts from it (each index fetched, or scanned, when its shard is first read); the viewer lists
+    what a manifest names."""
+    from torch_tfrecord.integrations.tfds import from_tfds
+    from torch_tfrecord.viewer.sources import expand_paths
+
+    source = Path(__file__).resolve().parent / "data" / "tfds" / "golden_features" / "1.0.0"
+    folder = tmp_path / "golden_features" / "1.0.0"
+    shutil.copytree(source, folder)
+    plain = from_tfds(folder, "train", shuffle=False, drop_last=False)
+    expected = [int(s["id"]) for s in plain]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "index_tools",
+            "manifest",
+            str(folder),
+            "--out",
+            str(folder / "all.manifest.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    scans: list[str] = []
+    from torch_tfrecord.records import index as index_module
+
+    original = index_module.build_index
+    monkeypatch.setattr(
+        index_module, "build_index", lambda path, **kw: scans.append(str(path)) or original(path, **kw)
+    )
+    described = from_tfds(folder, "train", shuffle=False, drop_last=False)
+    assert scans == [] and described.files.tables.pending == 0  # its zipped tables: nothing scanned
+    assert [int(s["id"]) for s in described] == expected
+    files, counts = expand_paths([str(folder / "all.manifest.json")])
+    assert (
+        files == read_manifest(str(folder / "all.manifest.json")).shard_paths() and sum(counts.values()) > 0
+    )

@@ -363,11 +363,20 @@ def expand_with_tfds(
     paths: Sequence[str], storage_options: StorageOptions = None
 ) -> tuple[list[str], dict[str, int]]:
     """The data files of ``paths`` (files, globs, directories, URLs); a TFDS version directory
-    stands for its shards, split by split, and the records ``dataset_info.json`` says each holds
-    are returned beside them (``{shard path: records}``)."""
+    stands for its shards, split by split, and a dataset's manifest for the shards it lists; the
+    records ``dataset_info.json`` or the manifest says each holds are returned beside them
+    (``{shard path: records}``)."""
+    from ...records.manifest import is_manifest, read_manifest
+
     files: list[str] = []
     expected: dict[str, int] = {}
     for path in paths:
+        if is_manifest(path):
+            manifest = read_manifest(path, storage_options)
+            shards = manifest.shard_paths()
+            files.extend(shards)
+            expected.update(zip(shards, (shard.records for shard in manifest.shards), strict=True))
+            continue
         if not is_tfds_dir(path, storage_options):
             files.extend(expand_sources(path, storage_options))
             continue
