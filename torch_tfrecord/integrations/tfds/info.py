@@ -366,12 +366,12 @@ def expand_with_tfds(
     stands for its shards, split by split, and a dataset's manifest for the shards it lists; the
     records ``dataset_info.json`` or the manifest says each holds are returned beside them
     (``{shard path: records}``)."""
-    from ...records.manifest import is_manifest, read_manifest
-
     files: list[str] = []
     expected: dict[str, int] = {}
     for path in paths:
-        if is_manifest(path):
+        if path.endswith(".manifest.json"):  # (records.manifest imports numpy: only for a manifest)
+            from ...records.manifest import read_manifest
+
             manifest = read_manifest(path, storage_options)
             shards = manifest.shard_paths()
             files.extend(shards)
