@@ -34,6 +34,7 @@ HARNESSES = [
     "parquet_metadata",
     "cache_meta",
     "wire",
+    "manifest",  # a dataset's manifest (issue 45)
 ]
 
 
