@@ -64,7 +64,7 @@ from .cache_entries import (
     read_schedules,
     write_limit,
 )
-from .eviction import FETCH_AHEAD, Schedule, choose_victims, next_use
+from .eviction import FETCH_AHEAD, ShardUses, choose_victims, next_use
 
 __all__ = ["CacheEntry", "CacheLimitError", "ShardCache", "cache_key", "parse_size"]
 
@@ -411,7 +411,7 @@ class ShardCache:
 
     # ------------------------------------------------------------------ schedules
 
-    def publish(self, schedule: Schedule) -> None:
+    def publish(self, schedule: ShardUses) -> None:
         """Tells the node when this process will need which keys (replacing what it said before)."""
         if self.disabled is not None:
             return
@@ -422,7 +422,7 @@ class ShardCache:
         except CacheWriteError as error:
             self.degrade(error)
 
-    def _schedules(self) -> list[Schedule]:
+    def _schedules(self) -> list[ShardUses]:
         return read_schedules(os.path.join(self.root, "hints"), self.access)
 
     # ------------------------------------------------------------------ maintenance

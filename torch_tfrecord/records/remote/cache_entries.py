@@ -14,7 +14,7 @@ from typing import Any
 
 from ...errors import TFRecordError
 from .cache_dir import Access, read_small, regular_file, write_atomically
-from .eviction import Schedule
+from .eviction import ShardUses
 
 __all__ = [
     "CacheEntry",
@@ -109,7 +109,7 @@ def entry_meta(data: bytes | None) -> dict[str, Any] | None:
     return meta
 
 
-def read_schedule(data: bytes | None) -> Schedule | None:
+def read_schedule(data: bytes | None) -> ShardUses | None:
     """A reader's hints, checked: ``{key: [[first, last], ...]}`` of numbers, or None."""
     try:
         hints = json.loads(data) if data is not None else None
@@ -145,9 +145,9 @@ def write_limit(root: str, limit: int | None, access: Access) -> None:
     write_atomically(os.path.join(root, "cache.json"), json.dumps(document).encode(), access)
 
 
-def read_schedules(hints: str, access: Access) -> list[Schedule]:
+def read_schedules(hints: str, access: Access) -> list[ShardUses]:
     """The hints of every reader in the directory ``hints`` (those that do not read left out)."""
-    found: list[Schedule] = []
+    found: list[ShardUses] = []
     for name in os.listdir(hints):
         if name.endswith(".json") and not name.startswith("."):
             schedule = read_schedule(read_small(os.path.join(hints, name), _HINTS_BYTES, access))
