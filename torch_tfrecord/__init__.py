@@ -12,6 +12,10 @@ import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from .support import versions as _versions
+
+_versions.check_installed()  # an unsupported Python or torch: one clear error here, naming the range
+
 __version__ = "0.1.0"
 
 # Each public name and the submodule that defines it.

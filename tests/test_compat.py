@@ -1,0 +1,122 @@
+"""The compatibility matrix (.ci/compat.py): its pieces, and that what the package claims is what the
+saved run (docs/supported-versions.json) shows: every declared floor ran green, and the versions the
+code knows (support/tested_versions.py, the frameworks' known majors) were generated from it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import tomllib
+
+from torch_tfrecord.data import frameworks
+from torch_tfrecord.support import tested_versions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def compat() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("compat", ROOT / ".ci" / "compat.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def results(compat: ModuleType) -> dict[str, Any]:
+    return dict(json.loads(compat.RESULTS.read_text()))
+
+
+def _bounds() -> dict[str, str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found = {}
+    extras = [requirement for extra in project["optional-dependencies"].values() for requirement in extra]
+    for requirement in [*project["dependencies"], *extras]:
+        match = re.match(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?>=([0-9.]+)", requirement)
+        if match:
+            found.setdefault(match[1].lower(), match[2])
+    return found
+
+
+def _release(version: str) -> tuple[int, ...]:
+    parts = [int(part) for part in re.findall(r"\d+", version.split("+")[0])[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def test_the_floor_stack_pins_each_declared_lower_bound(compat: ModuleType) -> None:
+    pins = compat.floor_pins()
+    bounds = _bounds()
+    assert len(pins) == len(compat.FLOORED)
+    for pin in pins:
+        name, version = re.sub(r"\[.*\]", "", pin).split("==")
+        assert bounds[name] == version
+
+
+def test_every_declared_floor_ran_green(compat: ModuleType, results: dict[str, Any]) -> None:
+    floor = next(stack for stack in results["stacks"] if stack["name"] == "floor")
+    assert compat.green(floor), floor
+    assert floor["pins"] == compat.floor_pins(), "the floors changed: run .ci/compat.py --stacks floor"
+    bounds = _bounds()
+    for name, installed in floor["versions"].items():
+        if name in bounds:
+            assert _release(installed) == _release(bounds[name]), (name, installed, bounds[name])
+    assert _release(floor["python"])[:2] == _release(tested_versions.PYTHON[0])[:2]
+
+
+def test_the_known_versions_come_from_the_saved_run(compat: ModuleType, results: dict[str, Any]) -> None:
+    assert compat.TESTED_MODULE.read_text() == compat.render_module(results), "run .ci/compat.py --render"
+    for module, (distribution, majors) in frameworks.KNOWN_MAJORS.items():
+        name = "lightning" if distribution == "pytorch-lightning" else distribution
+        assert majors == tested_versions.MAJORS[name], module
+
+
+def test_every_claimed_python_ran(results: dict[str, Any], compat: ModuleType) -> None:
+    ran = {".".join(stack["python"].split(".")[:2]) for stack in results["stacks"] if compat.green(stack)}
+    oldest, newest = (_release(v)[:2] for v in tested_versions.PYTHON)
+    claimed = {f"3.{minor}" for minor in range(oldest[1], newest[1] + 1)}
+    assert claimed <= ran
+
+
+def test_parse_junit(compat: ModuleType, tmp_path: Path) -> None:
+    junit = tmp_path / "junit.xml"
+    junit.write_text(
+        '<testsuites><testsuite name="pytest" errors="1" failures="2" skipped="3" tests="10">'
+        "</testsuite></testsuites>"
+    )
+    assert compat.parse_junit(junit) == {"passed": 4, "failed": 3, "skipped": 3}
+    assert compat.parse_junit(tmp_path / "none.xml") == {"passed": 0, "failed": 1, "skipped": 0}
+
+
+def _stack(name: str, python: str, failed: int, **versions: str) -> dict[str, Any]:
+    counts = {"passed": 5, "failed": failed, "skipped": 1, "seconds": 61}
+    return {"name": name, "python": python, "versions": versions, "slices": {"codec": counts}, **counts}
+
+
+def test_render(compat: ModuleType) -> None:
+    results = {
+        "slices": {"codec": ["tests/test_codec.py"]},
+        "stacks": [
+            _stack("old", "3.10.13", 0, torch="2.1.0+cu121", accelerate="1.0.0"),
+            _stack("new", "3.13.0", 0, torch="2.15.0", accelerate="2.0.0"),
+            _stack("broken", "3.14.0", 2, torch="3.0.0", accelerate="3.0.0"),
+            {"name": "bad", "python": "3.12", "pins": [], "install_failed": True},
+        ],
+    }
+    markdown = compat.render_markdown(results)
+    assert "| old | 3.10.13 | 2.1.0+cu121 | - | - | 1.0.0 |" in markdown
+    assert "| 5 | 0 | 1 | 1m01s |" in markdown
+    assert "| bad | 3.12 |" in markdown and "install failed" in markdown
+    assert "| broken | codec | 5 | 2 | 1 | 61s |" in markdown
+    namespace: dict[str, Any] = {}
+    exec(compat.render_module(results), namespace)  # the generated module is valid Python
+    assert namespace["PYTHON"] == ("3.10", "3.13")  # the broken stack claims nothing
+    assert namespace["TORCH"] == ("2.1.0", "2.15.0")
+    assert namespace["MAJORS"]["accelerate"] == (1, 2)
+    assert namespace["MAJORS"]["numpy"] == ()
