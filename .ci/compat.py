@@ -93,7 +93,7 @@ STACKS: dict[str, tuple[str, list[str], list[str]]] = {
     "middle": ("3.11", [
         "torch==2.6.0", "numpy==1.26.4", "torchvision==0.21.0", "accelerate==1.6.0", "transformers==4.57.6",
         "lightning==2.5.1", "torchdata==0.11.0",
-    ], [*_EVERYWHERE, "remote"]),
+    ], [*_EVERYWHERE, "records", "remote"]),
     "py3.12": ("3.12", [
         "torch==2.9.1", "numpy==2.1.3", "torchvision==0.24.1", "accelerate==1.10.1", "transformers==5.0.0",
         "lightning==2.5.6", "torchdata==0.11.0",
