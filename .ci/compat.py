@@ -229,8 +229,7 @@ def run_stack(name: str, slices: list[str] | None, cache: Path, keep: bool) -> d
     for slice_name in slices or STACKS[name][2]:
         done["slices"][slice_name] = counts = run_slice(venv, source, slice_name, log)
         print(f"[{name}] {slice_name}: {counts}", flush=True)
-    for key in ("passed", "failed", "skipped", "seconds"):
-        done[key] = sum(counts[key] for counts in done["slices"].values())
+    _add_up(done)
     done["wall_seconds"] = round(time.monotonic() - started)
     done["date"] = datetime.date.today().isoformat()
     done["loadavg"] = Path("/proc/loadavg").read_text().split()[0] if Path("/proc/loadavg").exists() else ""
@@ -238,6 +237,11 @@ def run_stack(name: str, slices: list[str] | None, cache: Path, keep: bool) -> d
         shutil.rmtree(venv, ignore_errors=True)
         shutil.rmtree(source, ignore_errors=True)
     return done
+
+
+def _add_up(stack: dict[str, Any]) -> None:
+    for key in ("passed", "failed", "skipped", "seconds"):
+        stack[key] = sum(counts[key] for counts in stack["slices"].values())
 
 
 def green(stack: dict[str, Any]) -> bool:
@@ -301,9 +305,16 @@ def render_module(results: dict[str, Any]) -> str:
 
 
 def merge(saved: dict[str, Any], stacks: list[dict[str, Any]]) -> dict[str, Any]:
-    """``saved`` with the stacks of this run put in place of theirs, in STACKS' order."""
+    """``saved`` with the stacks of this run put in place of theirs, in STACKS' order. A stack run again
+    on the same versions with some of its slices keeps its other slices' results."""
     by_name = {stack["name"]: stack for stack in saved.get("stacks", [])}
-    by_name.update({stack["name"]: stack for stack in stacks})
+    for stack in stacks:
+        before = by_name.get(stack["name"])
+        same = before and "slices" in stack and before.get("versions") == stack["versions"]
+        if same and before["python"] == stack["python"] and before["pins"] == stack["pins"]:
+            stack["slices"] = {**before["slices"], **stack["slices"]}
+            _add_up(stack)
+        by_name[stack["name"]] = stack
     order = [name for name in STACKS if name in by_name]
     return {"slices": SLICES, "stacks": [by_name[name] for name in order]}
 
