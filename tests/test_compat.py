@@ -125,7 +125,8 @@ def test_render(compat: ModuleType) -> None:
 def test_a_rerun_of_some_slices_keeps_the_others(compat: ModuleType) -> None:
     def stack(slices: dict[str, int], **versions: str) -> dict[str, Any]:
         counts = {name: {"passed": n, "failed": 0, "skipped": 0, "seconds": 1} for name, n in slices.items()}
-        return {"name": "floor", "python": "3.10.13", "pins": ["torch==2.1"], "versions": versions, "slices": counts}
+        pins = ["torch==2.1"]
+        return {"name": "floor", "python": "3.10.13", "pins": pins, "versions": versions, "slices": counts}
 
     saved = compat.merge({}, [stack({"codec": 5, "loader": 7}, torch="2.1.0")])
     again = compat.merge(saved, [stack({"codec": 6}, torch="2.1.0")])
