@@ -203,7 +203,8 @@ def run_slice(venv: Path, source: Path, slice_name: str, log: Path) -> dict[str,
     junit.unlink(missing_ok=True)
     command = [str(venv / "bin" / "pytest"), "-q", "-rfE", "--durations=5", "-p", "no:cacheprovider",
                f"--junitxml={junit}", *SLICES[slice_name]]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VIRTUAL_ENV": str(venv), "PYTHONPATH": ""}
+    # the copy on the path, as python -m pytest would put it: spawned workers unpickle tests.* there
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "VIRTUAL_ENV": str(venv), "PYTHONPATH": str(source)}
     env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
     started = time.monotonic()
     with log.open("a") as out:
