@@ -4,11 +4,11 @@ code knows (support/tested_versions.py, the frameworks' known majors) were gener
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
+import runpy
 from pathlib import Path
-from types import ModuleType
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,16 +21,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
-def compat() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compat", ROOT / ".ci" / "compat.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def compat() -> Any:
+    """.ci/compat.py's names (a script in a folder that is no package)."""
+    return SimpleNamespace(**runpy.run_path(str(ROOT / ".ci" / "compat.py")))
 
 
 @pytest.fixture(scope="module")
-def results(compat: ModuleType) -> dict[str, Any]:
+def results(compat: Any) -> dict[str, Any]:
     return dict(json.loads(compat.RESULTS.read_text()))
 
 
@@ -50,7 +47,7 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(parts + [0] * (3 - len(parts)))
 
 
-def test_the_floor_stack_pins_each_declared_lower_bound(compat: ModuleType) -> None:
+def test_the_floor_stack_pins_each_declared_lower_bound(compat: Any) -> None:
     pins = compat.floor_pins()
     bounds = _bounds()
     assert len(pins) == len(compat.FLOORED)
@@ -59,7 +56,7 @@ def test_the_floor_stack_pins_each_declared_lower_bound(compat: ModuleType) -> N
         assert bounds[name] == version
 
 
-def test_every_declared_floor_ran_green(compat: ModuleType, results: dict[str, Any]) -> None:
+def test_every_declared_floor_ran_green(compat: Any, results: dict[str, Any]) -> None:
     floor = next(stack for stack in results["stacks"] if stack["name"] == "floor")
     assert compat.green(floor), floor
     assert floor["pins"] == compat.floor_pins(), "the floors changed: run .ci/compat.py --stacks floor"
@@ -70,21 +67,21 @@ def test_every_declared_floor_ran_green(compat: ModuleType, results: dict[str, A
     assert _release(floor["python"])[:2] == _release(tested_versions.PYTHON[0])[:2]
 
 
-def test_the_known_versions_come_from_the_saved_run(compat: ModuleType, results: dict[str, Any]) -> None:
+def test_the_known_versions_come_from_the_saved_run(compat: Any, results: dict[str, Any]) -> None:
     assert compat.TESTED_MODULE.read_text() == compat.render_module(results), "run .ci/compat.py --render"
     for module, (distribution, majors) in frameworks.KNOWN_MAJORS.items():
         name = "lightning" if distribution == "pytorch-lightning" else distribution
         assert majors == tested_versions.MAJORS[name], module
 
 
-def test_every_claimed_python_ran(results: dict[str, Any], compat: ModuleType) -> None:
+def test_every_claimed_python_ran(results: dict[str, Any], compat: Any) -> None:
     ran = {".".join(stack["python"].split(".")[:2]) for stack in results["stacks"] if compat.green(stack)}
     oldest, newest = (_release(v)[:2] for v in tested_versions.PYTHON)
     claimed = {f"3.{minor}" for minor in range(oldest[1], newest[1] + 1)}
     assert claimed <= ran
 
 
-def test_parse_junit(compat: ModuleType, tmp_path: Path) -> None:
+def test_parse_junit(compat: Any, tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     junit.write_text(
         '<testsuites><testsuite name="pytest" errors="1" failures="2" skipped="3" tests="10">'
@@ -99,7 +96,7 @@ def _stack(name: str, python: str, failed: int, **versions: str) -> dict[str, An
     return {"name": name, "python": python, "versions": versions, "slices": {"codec": counts}, **counts}
 
 
-def test_render(compat: ModuleType) -> None:
+def test_render(compat: Any) -> None:
     results = {
         "slices": {"codec": ["tests/test_codec.py"]},
         "stacks": [
@@ -122,7 +119,7 @@ def test_render(compat: ModuleType) -> None:
     assert namespace["MAJORS"]["numpy"] == ()
 
 
-def test_a_rerun_of_some_slices_keeps_the_others(compat: ModuleType) -> None:
+def test_a_rerun_of_some_slices_keeps_the_others(compat: Any) -> None:
     def stack(slices: dict[str, int], **versions: str) -> dict[str, Any]:
         counts = {name: {"passed": n, "failed": 0, "skipped": 0, "seconds": 1} for name, n in slices.items()}
         pins = ["torch==2.1"]
