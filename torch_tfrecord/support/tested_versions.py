@@ -2,7 +2,7 @@
 ``python .ci/compat.py``, do not edit."""
 
 PYTHON = ('3.10', '3.13')  # the oldest and newest CPython (major.minor)
-TORCH = ('2.1.0', '2.15.0')  # the oldest and newest torch
+TORCH = ('2.2.0', '2.15.0')  # the oldest and newest torch
 # each distribution's major versions
 MAJORS: dict[str, tuple[int, ...]] = {
     'torch': (2,),
