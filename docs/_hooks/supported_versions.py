@@ -27,21 +27,29 @@ def compat_script() -> ModuleType:
     return module
 
 
+def _arguments(entries: list[str]) -> str:
+    """A slice's pytest arguments for people: ``test_x.py, test_y.py (not test_z.py::case)``."""
+    shown, left_out = [], []
+    for previous, entry in zip(["", *entries], entries, strict=False):
+        if entry.startswith("--"):
+            continue
+        name = f"`{entry.removeprefix('tests/')}`"
+        (left_out if previous == "--deselect" else shown).append(name)
+    return ", ".join(shown) + (f" (not {', '.join(left_out)})" if left_out else "")
+
+
 def render() -> str:
     compat = compat_script()
     results = json.loads(compat.RESULTS.read_text())
     tested = compat.tested_versions(results)
-    slices = "\n".join(
-        f"- `{name}`: " + ", ".join(f"`{Path(entry).name}`" for entry in entries)
-        for name, entries in results["slices"].items()
-    )
+    slices = "\n".join(f"- `{name}`: {_arguments(entries)}" for name, entries in results["slices"].items())
     claims = (
         f"Supported: CPython {tested['python'][0]} to {tested['python'][1]}, torch {tested['torch'][0]} to "
         f"{tested['torch'][1]}; "
         + ", ".join(
             f"{name} {' and '.join(f'{major}.x' for major in majors)}"
             for name, majors in tested["majors"].items()
-            if name not in ("torch", "protobuf")
+            if majors and name not in ("torch", "protobuf", "torchvision")
         )
         + "."
     )
