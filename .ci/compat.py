@@ -84,22 +84,24 @@ TOOLS = [
 ]  # fmt: skip
 
 # The stacks: name -> (CPython version, pins, the slices it runs). "floor" pins FLOORED at the declared
-# lower bounds. Every stack runs the slices that touch torch's and the frameworks' behaviour; the rest
-# are spread so that each runs on an old and a new stack (the whole matrix then takes about two hours
-# on a loaded 2-core machine).
-_EVERYWHERE = ["codec", "dataset", "loader", "frameworks"]
+# lower bounds. Every stack runs the slices that rest on torch's and the frameworks' internals (loader,
+# frameworks); the floor and the newest stack run (almost) every slice; the others what their versions change
+# (the whole matrix then takes about two hours on a loaded 2-core machine).
+_EVERYWHERE = ["loader", "frameworks"]
+_ALL = ["codec", "dataset", "loader", "frameworks", "ddp", "records", "remote", "vision"]
 STACKS: dict[str, tuple[str, list[str], list[str]]] = {
-    "floor": ("3.10", [], [*_EVERYWHERE, "ddp", "vision", "records"]),
+    # not remote: an s3 read by 2 DataLoader workers hung there (fsspec 2023.6 and 2024.6 alike)
+    "floor": ("3.10", [], [s for s in _ALL if s != "remote"]),
     "middle": ("3.11", [
         "torch==2.6.0", "numpy==1.26.4", "torchvision==0.21.0", "accelerate==1.6.0", "transformers==4.57.6",
         "lightning==2.5.1", "torchdata==0.11.0",
-    ], [*_EVERYWHERE, "records", "remote"]),
+    ], [*_EVERYWHERE, "codec", "records", "remote"]),  # numpy 1.26
     "py3.12": ("3.12", [
         "torch==2.9.1", "numpy==2.1.3", "torchvision==0.24.1", "accelerate==1.10.1", "transformers==5.0.0",
         "lightning==2.5.6", "torchdata==0.11.0",
     ], [*_EVERYWHERE, "ddp"]),
     # the newest of everything else
-    "newest": ("3.13", ["torch==2.15.0"], [*_EVERYWHERE, "records", "remote", "ddp", "vision"]),
+    "newest": ("3.13", ["torch==2.15.0"], _ALL),
 }  # fmt: skip
 
 
