@@ -73,10 +73,17 @@ REPORTED = [
     "torch", "numpy", "protobuf", "accelerate", "transformers", "lightning", "torchdata", "torchvision",
 ]  # fmt: skip
 # The packages the floor stack pins at pyproject.toml's lower bound (from any extra that declares one).
+# (accelerate's and transformers' floors are the lowest releases a stack ran their tests green with:
+# 1.0 and 4.46 failed there, tests/test_compat.py checks the bounds against the results.)
 FLOORED = [
-    "torch", "numpy", "protobuf", "crc32c", "accelerate", "transformers", "lightning", "torchdata",
-    "torchvision", "pillow", "fsspec", "s3fs", "gcsfs", "filelock",
+    "torch", "numpy", "protobuf", "crc32c", "lightning", "torchdata", "torchvision", "pillow", "fsspec",
+    "s3fs", "gcsfs", "filelock",
 ]  # fmt: skip
+# A failed test whose first parameter is one of these words runs through that framework.
+FRAMEWORK_TESTS = {
+    "accelerate": ("accelerate",), "transformers": ("trainer",), "lightning": ("lightning", "fabric"),
+    "torchdata": ("stateful",),
+}  # fmt: skip
 # What the tests need besides the package and its extras, in every stack (not claims: tools).
 TOOLS = [
     "pytest", "pytest-timeout", "hypothesis", "moto[server]>=5", "gcp-storage-emulator>=2024.8",
@@ -127,17 +134,24 @@ def stack_pins(name: str) -> list[str]:
     return floor_pins() if name == "floor" else pins
 
 
-def parse_junit(path: Path) -> dict[str, int]:
-    """passed / failed / skipped of a pytest junit XML file (errors count as failed)."""
+def parse_junit(path: Path) -> dict[str, Any]:
+    """passed / failed / skipped of a pytest junit XML file (errors count as failed), and what failed."""
     if not path.exists():  # pytest died before writing it (collection crashed the interpreter ...)
-        return {"passed": 0, "failed": 1, "skipped": 0}
+        return {"passed": 0, "failed": 1, "skipped": 0, "failures": [f"{path.name}: no results"]}
     counts = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for suite in ElementTree.parse(path).getroot().iter("testsuite"):
+    root = ElementTree.parse(path).getroot()
+    for suite in root.iter("testsuite"):
         for key in counts:
             counts[key] += int(suite.get(key, 0))
+    failures = [
+        f"{case.get('classname', '')}::{case.get('name', '')}"
+        for case in root.iter("testcase")
+        if case.find("failure") is not None or case.find("error") is not None
+    ]
     failed = counts["failures"] + counts["errors"]
     skipped = counts["skipped"]
-    return {"passed": counts["tests"] - failed - skipped, "failed": failed, "skipped": skipped}
+    passed = counts["tests"] - failed - skipped
+    return {"passed": passed, "failed": failed, "skipped": skipped, "failures": failures}
 
 
 def _uv(cache: Path) -> str:
@@ -247,8 +261,23 @@ def _add_up(stack: dict[str, Any]) -> None:
         stack[key] = sum(counts[key] for counts in stack["slices"].values())
 
 
-def green(stack: dict[str, Any]) -> bool:
-    return not stack.get("install_failed") and stack.get("failed", 1) == 0 and bool(stack.get("slices"))
+def blamed(failure: str) -> str | None:
+    """The framework a failed test runs through (its first parameter names it), else None."""
+    match = re.search(r"\[(\w+)", failure)
+    word = match[1] if match else ""
+    return next((name for name, words in FRAMEWORK_TESTS.items() if word in words), None)
+
+
+def green(stack: dict[str, Any], package: str | None = None) -> bool:
+    """Whether ``stack`` ran green: every slice; with ``package``, for that package's claim (the tests of
+    other frameworks may have failed: their own releases, not this library, at those versions)."""
+    if stack.get("install_failed") or not stack.get("slices"):
+        return False
+    slices = stack["slices"].values()
+    failures = [failure for counts in slices for failure in counts.get("failures", ["?"] * counts["failed"])]
+    if package is None:
+        return not failures
+    return all(blamed(failure) not in (None, package) for failure in failures)
 
 
 def _major_minor(version: str) -> str:
@@ -256,29 +285,42 @@ def _major_minor(version: str) -> str:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """The table of a run: one row per stack, then one per stack and slice."""
-    head = ["stack", "Python", *REPORTED, "passed", "failed", "skipped", "time"]
+    """The table of a run: one row per stack (with the claims its failures leave out), then one per stack and
+    slice (with the tests that failed)."""
+    head = ["stack", "Python", *REPORTED, "passed", "failed", "skipped", "time", "not claimed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for stack in results["stacks"]:
         versions = stack.get("versions", {})
         if stack.get("install_failed"):
             cells = [stack["name"], stack["python"], *("" for _ in REPORTED), "install failed", "", "", ""]
+            cells.append("all")
         else:
             minutes = f"{stack['seconds'] // 60}m{stack['seconds'] % 60:02d}s"
             cells = [stack["name"], stack["python"], *(versions.get(name, "-") for name in REPORTED),
-                     str(stack["passed"]), str(stack["failed"]), str(stack["skipped"]), minutes]  # fmt: skip
+                     str(stack["passed"]), str(stack["failed"]), str(stack["skipped"]), minutes,
+                     _left_out(stack)]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| stack | slice | passed | failed | skipped | time |", "|---|---|---|---|---|---|"]
+    lines += ["", "| stack | slice | passed | failed | skipped | time | failed tests |", "|" + "---|" * 7]
     for stack in results["stacks"]:
         for slice_name, counts in stack.get("slices", {}).items():
             cells = [stack["name"], slice_name, *(str(counts[k]) for k in ("passed", "failed", "skipped"))]
-            lines.append("| " + " | ".join([*cells, f"{counts['seconds']}s"]) + " |")
+            failed = ", ".join(f"`{failure.split('::')[-1]}`" for failure in counts.get("failures", []))
+            lines.append("| " + " | ".join([*cells, f"{counts['seconds']}s", failed]) + " |")
     return "\n".join(lines) + "\n"
 
 
+def _left_out(stack: dict[str, Any]) -> str:
+    if green(stack):
+        return ""
+    if not green(stack, ""):
+        return "all"
+    return ", ".join(name for name in FRAMEWORK_TESTS if not green(stack, name))
+
+
 def tested_versions(results: dict[str, Any]) -> dict[str, Any]:
-    """What the green stacks ran: the Python and torch range, each reported package's majors."""
-    stacks = [stack for stack in results["stacks"] if green(stack)]
+    """What the green stacks ran: the Python and torch range, each reported package's majors (a framework's
+    from the stacks green for it)."""
+    stacks = [stack for stack in results["stacks"] if green(stack, "")]
     if not stacks:
         raise SystemExit("no stack ran green: nothing to claim")
 
@@ -288,7 +330,13 @@ def tested_versions(results: dict[str, Any]) -> dict[str, Any]:
     pythons = sorted({_major_minor(stack["python"]) for stack in stacks}, key=key)
     torches = sorted({stack["versions"]["torch"].split("+")[0] for stack in stacks}, key=key)
     majors = {
-        name: sorted({int(key(stack["versions"][name])[0]) for stack in stacks if name in stack["versions"]})
+        name: sorted(
+            {
+                int(key(stack["versions"][name])[0])
+                for stack in results["stacks"]
+                if name in stack.get("versions", {}) and green(stack, name if name in FRAMEWORK_TESTS else "")
+            }
+        )
         for name in REPORTED
     }
     return {"python": [pythons[0], pythons[-1]], "torch": [torches[0], torches[-1]], "majors": majors}
