@@ -179,7 +179,7 @@ def _copy_tree(target: Path) -> None:
             shutil.copy2(source, target / name)
 
 
-def build(name: str, cache: Path, log: Path) -> tuple[Path, Path]:
+def build(name: str, cache: Path, log: Path, pins: list[str]) -> tuple[Path, Path]:
     """The stack's venv (with the package and the test tools installed) and the copy the tests run from."""
     python_version = STACKS[name][0]
     interpreters = sorted(PYENV.glob(f"{python_version}.*/bin/python3"))
@@ -191,7 +191,7 @@ def build(name: str, cache: Path, log: Path) -> tuple[Path, Path]:
     with log.open("a") as out:
         subprocess.run([uv, "venv", "-q", "--clear", "-p", str(interpreters[-1]), str(venv)],
                        check=True, stdout=out, stderr=out)  # fmt: skip
-        install = [uv, "pip", "install", f"{source}[remote,vision]", *stack_pins(name), *TOOLS]
+        install = [uv, "pip", "install", f"{source}[remote,vision]", *pins, *TOOLS]
         out.write(f"+ {' '.join(install)}\n")
         out.flush()
         subprocess.run(install, check=True, stdout=out, stderr=out, env=env)
@@ -230,17 +230,20 @@ def run_slice(venv: Path, source: Path, slice_name: str, log: Path) -> dict[str,
     return {**parse_junit(junit), "seconds": round(time.monotonic() - started)}
 
 
-def run_stack(name: str, slices: list[str] | None, cache: Path, keep: bool) -> dict[str, Any]:
+def run_stack(
+    name: str, slices: list[str] | None, cache: Path, keep: bool, pins: list[str] | None = None
+) -> dict[str, Any]:
+    pins = stack_pins(name) if pins is None else pins
     log = cache / f"{name}.log"
     log.unlink(missing_ok=True)
     started = time.monotonic()
     print(f"[{name}] building (log: {log})", flush=True)
     try:
-        venv, source = build(name, cache, log)
+        venv, source = build(name, cache, log, pins)
     except subprocess.CalledProcessError:
         print(f"[{name}] install failed: see {log}", flush=True)
-        return {"name": name, "python": STACKS[name][0], "pins": stack_pins(name), "install_failed": True}
-    done: dict[str, Any] = {"name": name, "pins": stack_pins(name), "slices": {}}
+        return {"name": name, "python": STACKS[name][0], "pins": pins, "install_failed": True}
+    done: dict[str, Any] = {"name": name, "pins": pins, "slices": {}}
     done["versions"] = installed_versions(venv)
     done["python"] = done["versions"].pop("python")
     for slice_name in slices or STACKS[name][2]:
@@ -386,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"unknown stack or slice: {', '.join(unknown)}")
         args.cache.mkdir(parents=True, exist_ok=True)
         for name in stacks:
-            saved = merge(saved, [run_stack(name, slices or None, args.cache, args.keep)])
+            # some slices of a saved stack run again with its pins (its other slices' results are kept)
+            before = {stack["name"]: stack["pins"] for stack in saved.get("stacks", [])}
+            pins = before.get(name) if slices else None
+            saved = merge(saved, [run_stack(name, slices or None, args.cache, args.keep, pins)])
             RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
     markdown = render_markdown(saved)
     (args.cache / "compat.md").parent.mkdir(parents=True, exist_ok=True)
