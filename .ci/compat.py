@@ -91,8 +91,8 @@ TOOLS = [
 ]  # fmt: skip
 
 # The stacks: name -> (CPython version, pins, the slices it runs). "floor" pins FLOORED at the declared
-# lower bounds. Every stack runs the slices that rest on torch's and the frameworks' internals (loader,
-# frameworks); the floor runs every slice but remote. The others run few, to fit one session on a 2-core
+# lower bounds. Every stack runs "loader" (torch's internals and the version check), all but py3.12
+# "frameworks"; the floor every slice but remote. The others run few, to fit one session on a 2-core
 # machine under a load of 10 or more (the whole matrix then takes about two hours); --slices runs more.
 _EVERYWHERE = ["loader", "frameworks"]
 _ALL = ["codec", "dataset", "loader", "frameworks", "ddp", "records", "remote", "vision"]
