@@ -380,8 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, default=Path("/tmp/torch-tfrecord-compat"))
     parser.add_argument("--keep", action="store_true", help="keep each venv and copy (several GB each)")
     parser.add_argument("--render", action="store_true", help="only regenerate from the saved results")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="the results (read, merged, written)")
     args = parser.parse_args(argv)
-    saved = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    saved = json.loads(args.results.read_text()) if args.results.exists() else {}
     if not args.render:
         stacks, slices = args.stacks.split(","), args.slices.split(",") if args.slices else []
         unknown = sorted(set(stacks) - set(STACKS)) + sorted(set(slices) - set(SLICES))
@@ -393,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
             before = {stack["name"]: stack["pins"] for stack in saved.get("stacks", [])}
             pins = before.get(name) if slices else None
             saved = merge(saved, [run_stack(name, slices or None, args.cache, args.keep, pins)])
-            RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
+            args.results.write_text(json.dumps(saved, indent=1) + "\n")
     markdown = render_markdown(saved)
     (args.cache / "compat.md").parent.mkdir(parents=True, exist_ok=True)
     (args.cache / "compat.md").write_text(markdown)
