@@ -92,13 +92,16 @@ def test_parse_junit(compat: Any, tmp_path: Path) -> None:
         '<testsuites><testsuite name="pytest" errors="1" failures="2" skipped="3" tests="10">'
         "</testsuite></testsuites>"
     )
-    assert compat.parse_junit(junit) == {"passed": 4, "failed": 3, "skipped": 3, "failures": []}
+    assert compat.parse_junit(junit) == dict(passed=4, failed=3, skipped=3, failures=[], timeouts=[])
     junit.write_text(
         '<testsuites><testsuite name="pytest" errors="0" failures="1" skipped="0" tests="2">'
         '<testcase classname="tests.test_x" name="test_a[accelerate]"><failure message="no"/></testcase>'
-        '<testcase classname="tests.test_x" name="test_b"/></testsuite></testsuites>'
+        '<testcase classname="tests.test_x" name="test_b"/>'
+        '<testcase classname="tests.test_x" name="test_c"><error message="Failed: the process group did not '
+        'finish within 240 s (a hang)"/></testcase></testsuite></testsuites>'
     )
     assert compat.parse_junit(junit)["failures"] == ["tests.test_x::test_a[accelerate]"]
+    assert compat.parse_junit(junit)["timeouts"] == ["tests.test_x::test_c"]
     assert compat.parse_junit(tmp_path / "none.xml")["failed"] == 1
 
 
@@ -107,6 +110,10 @@ def test_a_frameworks_failure_leaves_out_only_its_claim(compat: Any) -> None:
     stack["slices"]["codec"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
     assert not compat.green(stack) and compat.green(stack, "") and compat.green(stack, "lightning")
     assert not compat.green(stack, "accelerate")
+    stack["slices"]["codec"]["failures"] = []
+    stack["slices"]["codec"]["timeouts"] = ["tests.test_distributed::test_x"]  # proved nothing either way
+    assert compat.green(stack, "") and compat.green(stack, "accelerate") and not compat.green(stack)
+    stack["slices"]["codec"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
     stack["slices"]["codec"]["failures"].append("tests.test_codec::test_x")
     assert not compat.green(stack, "") and not compat.green(stack, "lightning")
 
