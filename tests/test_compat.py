@@ -80,7 +80,7 @@ def test_the_known_versions_come_from_the_saved_run(compat: Any, results: dict[s
 
 
 def test_every_claimed_python_ran(results: dict[str, Any], compat: Any) -> None:
-    ran = {".".join(stack["python"].split(".")[:2]) for stack in results["stacks"] if compat.green(stack)}
+    ran = {".".join(stack["python"].split(".")[:2]) for stack in results["stacks"] if compat.green(stack, "")}
     oldest, newest = (_release(v)[:2] for v in tested_versions.PYTHON)
     claimed = {f"3.{minor}" for minor in range(oldest[1], newest[1] + 1)}
     assert claimed <= ran
@@ -107,21 +107,21 @@ def test_parse_junit(compat: Any, tmp_path: Path) -> None:
 
 def test_a_frameworks_failure_leaves_out_only_its_claim(compat: Any) -> None:
     stack = _stack("old", "3.10.13", 1, torch="2.2.0", accelerate="1.0.0")
-    stack["slices"]["codec"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
+    stack["slices"]["frameworks"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
     assert not compat.green(stack) and compat.green(stack, "") and compat.green(stack, "lightning")
     assert not compat.green(stack, "accelerate")
-    stack["slices"]["codec"]["failures"] = []
-    stack["slices"]["codec"]["timeouts"] = ["tests.test_distributed::test_x"]  # proved nothing either way
+    stack["slices"]["frameworks"]["failures"] = []
+    stack["slices"]["frameworks"]["timeouts"] = ["tests.test_distributed::test_x"]  # proved nothing either way
     assert compat.green(stack, "") and compat.green(stack, "accelerate") and not compat.green(stack)
-    stack["slices"]["codec"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
-    stack["slices"]["codec"]["failures"].append("tests.test_codec::test_x")
+    stack["slices"]["frameworks"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
+    stack["slices"]["frameworks"]["failures"].append("tests.test_codec::test_x")
     assert not compat.green(stack, "") and not compat.green(stack, "lightning")
 
 
 def _stack(name: str, python: str, failed: int, **versions: str) -> dict[str, Any]:
     counts = {"passed": 5, "failed": failed, "skipped": 1, "seconds": 61}
     failures = ["tests.test_frameworks::test_a[accelerate]"] * failed if name == "cut" else []
-    slices = {"codec": {**counts, **({"failures": failures} if failures else {})}}
+    slices = {"frameworks": {**counts, **({"failures": failures} if failures else {})}}
     return {"name": name, "python": python, "versions": versions, "slices": slices, **counts}
 
 
@@ -140,7 +140,7 @@ def test_render(compat: Any) -> None:
     assert "| old | 3.10.13 | 2.1.0+cu121 | - | - | 1.0.0 |" in markdown
     assert "| 5 | 0 | 1 | 1m01s |" in markdown
     assert "| bad | 3.12 |" in markdown and "install failed" in markdown
-    assert "| broken | codec | 5 | 2 | 1 | 61s |" in markdown
+    assert "| broken | frameworks | 5 | 2 | 1 | 61s |" in markdown
     assert "| 5 | 1 | 1 | 1m01s | accelerate |" in markdown  # "cut": only its accelerate tests failed
     namespace: dict[str, Any] = {}
     exec(compat.render_module(results), namespace)  # the generated module is valid Python

@@ -7,9 +7,9 @@ TORCH = ('2.2.0', '2.15.0')  # the oldest and newest torch
 MAJORS: dict[str, tuple[int, ...]] = {
     'torch': (2,),
     'numpy': (1, 2),
-    'protobuf': (5, 6),
+    'protobuf': (5, 7),
     'accelerate': (1,),
-    'transformers': (4, 5),
+    'transformers': (5,),
     'lightning': (2,),
     'torchdata': (0,),
     'torchvision': (0,),
