@@ -111,7 +111,7 @@ def test_a_frameworks_failure_leaves_out_only_its_claim(compat: Any) -> None:
     assert not compat.green(stack) and compat.green(stack, "") and compat.green(stack, "lightning")
     assert not compat.green(stack, "accelerate")
     stack["slices"]["frameworks"]["failures"] = []
-    stack["slices"]["frameworks"]["timeouts"] = ["tests.test_distributed::test_x"]  # proved nothing either way
+    stack["slices"]["frameworks"]["timeouts"] = ["tests.test_distributed::test_x"]  # proves nothing
     assert compat.green(stack, "") and compat.green(stack, "accelerate") and not compat.green(stack)
     stack["slices"]["frameworks"]["failures"] = ["tests.test_frameworks::test_resume[accelerate]"]
     stack["slices"]["frameworks"]["failures"].append("tests.test_codec::test_x")
