@@ -21,6 +21,7 @@ __all__ = [
     "StaleIndexError",
     "TFRecordError",
     "TruncatedRecordError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -71,6 +72,11 @@ class SourceNotFoundError(TFRecordError, FileNotFoundError):
 class RemoteIOError(TFRecordError, OSError):
     """Remote storage failed: a permission error, or a transient failure that outlasted every
     retry. The message names the URL and the byte range or operation."""
+
+
+class UnsupportedVersionError(TFRecordError, ImportError):
+    """``import torch_tfrecord`` found a Python or torch older than the supported range (the message
+    names it); see docs/supported-versions.md."""
 
 
 class SpecError(TFRecordError, ValueError, TypeError):

@@ -18,6 +18,7 @@ import torch
 from ..errors import SpecError
 
 __all__ = [
+    "UNSIGNED_DTYPES",
     "DType",
     "FeatureSpec",
     "FixedLen",
@@ -34,7 +35,11 @@ ListKind = Literal["int64_list", "float_list", "bytes_list"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_RAW_DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, torch.uint16, torch.uint32, torch.uint64)
+# torch's unsigned types wider than 8 bits (from torch 2.3; left out where torch lacks them)
+UNSIGNED_DTYPES: tuple[torch.dtype, ...] = tuple(
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+)
+_RAW_DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, *UNSIGNED_DTYPES)
 
 _SHORTHANDS: dict[str, Any] = {}
 

@@ -265,10 +265,12 @@ def decode_index(data: bytes, index_path: PathLike = "<bytes>") -> npt.NDArray[n
         # C-speed parse of the canonical format; anything unusual falls to the strict path,
         # which names the offending line.
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            # Where numpy 2 raises on text it cannot read to its end ("0 1.5"), numpy 1.x warns and
+            # returns what it read so far: that warning fails the fast path too.
+            warnings.simplefilter("error", DeprecationWarning)
             try:
                 values = np.fromstring(data, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
-            except ValueError:
+            except (ValueError, DeprecationWarning):
                 values = None
         # fromstring saturates numbers past int64 instead of failing: those go the strict way.
         if values is not None and len(values) == 2 * lines and values.max() < _INT64_MAX:
