@@ -16,6 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ..records.gather import GatherStatus
 from ..records.io import open_binary
 
 __all__ = ["LocalFiles", "grown"]
@@ -106,14 +107,14 @@ class LocalFiles:
             status, value = gather(
                 ids, record_starts, tables, self.fds, file_sizes, self.maps, buffer, starts, sizes, gap
             )
-            if status == 0:
+            if status == GatherStatus.DONE:
                 return buffer, starts, sizes
-            if status == 1:  # opening it may close the least recently used one
+            if status == GatherStatus.OPEN_SHARD:  # opening it may close the least recently used one
                 if not open_shard(value):
                     return False
-            elif status == 2:
+            elif status == GatherStatus.GROW:
                 buffer = grown(buffer, value)
-            elif status == 4:
+            elif status == GatherStatus.BAD_ID:
                 locate(ids)  # raises the IndexError
             else:
                 return None

@@ -4,6 +4,7 @@ mapping) into one buffer in one call, without the GIL. Callers check that it is 
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import numpy as np
@@ -11,7 +12,23 @@ import numpy.typing as npt
 
 from ..support.extension import compiled as _native
 
-__all__ = ["gather", "read_into"]
+__all__ = ["GatherStatus", "gather", "read_into"]
+
+
+def _constant(name: str) -> int:
+    # The numbers live in records/_gather.h. Without the extension nothing answers with them:
+    # distinct placeholders then (equal values would make the members aliases).
+    return int(getattr(_native, name, -1 - len(name)))
+
+
+class GatherStatus(enum.IntEnum):
+    """What :func:`gather` answers first: the names of records/_gather.h, exported by the extension."""
+
+    DONE = _constant("GATHER_DONE")  # value: the bytes of ``out`` used
+    OPEN_SHARD = _constant("GATHER_OPEN_SHARD")  # value: the shard to open first
+    GROW = _constant("GATHER_GROW")  # value: the bytes ``out`` must hold
+    UNREADABLE = _constant("GATHER_UNREADABLE")  # a record past its file's end, or a failed read
+    BAD_ID = _constant("GATHER_BAD_ID")  # an id out of range
 
 
 def read_into(
@@ -34,14 +51,16 @@ def gather(
     starts_out: npt.NDArray[np.int64],
     sizes_out: npt.NDArray[np.int64],
     gap: int,
-) -> tuple[int, int]:
+) -> tuple[GatherStatus, int]:
     """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
-    _native.c): ``(0, bytes used)``, ``(1, shard to open first)``, ``(2, bytes out must hold)``,
-    ``(3, 0)`` for a record past its file's end or a failed read, ``(4, 0)`` for an id out of range.
+    records/_gather.c): ``(DONE, bytes used)``, ``(OPEN_SHARD, shard to open first)``,
+    ``(GROW, bytes out must hold)``, ``(UNREADABLE, 0)`` for a record past its file's end or a
+    failed read, ``(BAD_ID, 0)`` for an id out of range (:class:`GatherStatus`).
     Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
     records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
     it when they lie apart."""
     assert _native is not None
-    return _native.gather(  # type: ignore[no-any-return]
+    status, value = _native.gather(
         ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap
     )
+    return GatherStatus(status), value
