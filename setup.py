@@ -44,6 +44,7 @@ NATIVE_HEADERS = [
 JPEG_SOURCES = ["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"]
 JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h"]
 
+EXPORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packaging", "extension.map")
 REQUIRED = os.environ.get("TORCH_TFRECORD_REQUIRE_EXTENSIONS", "") not in ("", "0")
 
 
@@ -78,6 +79,9 @@ def _jpeg_extension(include: str) -> Extension:
         library_dirs=[] if static else library_dirs,
         libraries=["pthread", "m"] if static else ["jpeg", "pthread", "m"],
         extra_objects=[static] if static else [],
+        define_macros=[("TORCH_TFRECORD_STATIC_JPEG", "1")] if static else [],
+        # libjpeg's symbols stay inside _jpeg (packaging/extension.map exports PyInit__jpeg only)
+        extra_link_args=[f"-Wl,--version-script={EXPORTS}"] if static and sys.platform.startswith("linux") else [],
         extra_compile_args=FLAGS,
         optional=not REQUIRED,
     )

@@ -19,8 +19,9 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define RESIZE_AVX2 1
-#if defined(__linux__)
-/* Two builds of the loops the compiler vectorises; the loader picks one for the CPU. */
+#if defined(__linux__) && defined(__GLIBC__)
+/* Two builds of the loops the compiler vectorises; the loader picks one for the CPU (an ifunc:
+ * glibc only; musl and macOS have the default build, and the AVX2 pairs loop below). */
 #define VECTORISED __attribute__((target_clones("avx2", "default")))
 #endif
 #endif

@@ -45,6 +45,8 @@ static uint32_t crc_update_sw(uint32_t crc, const uint8_t *p, size_t n) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <nmmintrin.h>
 #define HAVE_HW_CRC 1
+/* "crc32" as well: newer clang (zig cc 0.17's) no longer takes it as part of sse4.2. */
+#define CRC_TARGET __attribute__((target("sse4.2,crc32")))
 /* Three streams at once: the instruction's latency is three times its throughput. Each
  * stream's register is carried past the zeros that the later streams' bytes stand for by
  * GF(2) operators made at init (Mark Adler's method for CRC-32C, crc32c.c, zlib licence). */
@@ -91,7 +93,7 @@ static inline uint32_t crc_shift(uint32_t zeros[4][256], uint32_t crc) {
     return zeros[0][crc & 0xFF] ^ zeros[1][(crc >> 8) & 0xFF] ^ zeros[2][(crc >> 16) & 0xFF] ^ zeros[3][crc >> 24];
 }
 
-__attribute__((target("sse4.2"))) static uint64_t crc_streams(uint64_t c0, const uint8_t **pp, size_t *n, size_t block,
+CRC_TARGET static uint64_t crc_streams(uint64_t c0, const uint8_t **pp, size_t *n, size_t block,
                                                               uint32_t zeros[4][256]) {
     const uint8_t *p = *pp;
     while (*n >= 3 * block) {
@@ -114,7 +116,7 @@ __attribute__((target("sse4.2"))) static uint64_t crc_streams(uint64_t c0, const
     return c0;
 }
 
-__attribute__((target("sse4.2"))) static uint32_t crc_update_hw(uint32_t crc, const uint8_t *p, size_t n) {
+CRC_TARGET static uint32_t crc_update_hw(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c = crc;
     c = crc_streams(c, &p, &n, CRC_LONG, crc_long);
     c = crc_streams(c, &p, &n, CRC_SHORT, crc_short);
