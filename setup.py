@@ -34,6 +34,7 @@ NATIVE_SOURCES = [
 ]
 NATIVE_HEADERS = [
     "torch_tfrecord/support/_native.h",
+    "torch_tfrecord/support/_cpu.h",
     "torch_tfrecord/records/_framing.h",
     "torch_tfrecord/records/_index.h",
     "torch_tfrecord/records/_gather.h",
@@ -42,7 +43,7 @@ NATIVE_HEADERS = [
     "torch_tfrecord/data/_byte_ring.h",
 ]
 JPEG_SOURCES = ["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"]
-JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h"]
+JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h", "torch_tfrecord/support/_cpu.h"]
 
 EXPORTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "packaging", "extension.map")
 REQUIRED = os.environ.get("TORCH_TFRECORD_REQUIRE_EXTENSIONS", "") not in ("", "0")

@@ -121,8 +121,10 @@ for arch in $ARCHS; do
       CC="$zig cc -target $target" LDSHARED="$zig cc -target $target -shared -s" LDFLAGS="" \
       JPEG_INCLUDE_DIR="$jpeg/include" JPEG_STATIC_LIB="$jpeg/lib/libjpeg.a" TORCH_TFRECORD_REQUIRE_EXTENSIONS=1 \
       "$python" -m pip wheel --quiet --no-deps --wheel-dir "$raw" "$sdist"
-    say "auditwheel repair --plat manylinux_${GLIBC/./_}_$arch"
-    "$tools_python" -m auditwheel repair --plat "manylinux_${GLIBC/./_}_$arch" --wheel-dir "$OUT" "$raw"/*.whl >/dev/null
+    # auto: the oldest manylinux tag the wheel's symbols allow (2_17 or older, from glibc 2.17's)
+    say "auditwheel repair --plat auto"
+    "$tools_python" -m auditwheel repair --plat auto --wheel-dir "$OUT" "$raw"/*.whl 2>&1 | grep -v '^INFO' || true
+    ls "$OUT"/*-cp"${version/./}"-*"$arch".whl >/dev/null
   done
 done
 

@@ -10,6 +10,8 @@
 
 #include <stdlib.h>
 
+#include "../support/_cpu.h"
+
 /* ------------------------------------------------------------------------------------------ */
 /* CRC32C (Castagnoli): SSE4.2 instruction where the CPU has it, slicing-by-8 tables otherwise */
 
@@ -228,10 +230,9 @@ static PyMethodDef framing_methods[] = {
 int framing_init(PyObject *module) {
     crc_init_tables();
 #ifdef HAVE_HW_CRC
-    __builtin_cpu_init();
     crc_zeros(crc_long, CRC_LONG);
     crc_zeros(crc_short, CRC_SHORT);
-    use_hw_crc = __builtin_cpu_supports("sse4.2") && getenv("TORCH_TFRECORD_NO_HW_CRC") == NULL;
+    use_hw_crc = cpu_has_sse42() && getenv("TORCH_TFRECORD_NO_HW_CRC") == NULL;
 #endif
     if (PyModule_AddFunctions(module, framing_methods) < 0) return -1;
     return PyModule_AddIntConstant(module, "HW_CRC", use_hw_crc);
