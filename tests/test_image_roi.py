@@ -241,9 +241,12 @@ def test_fast_crops_are_tensorflows_decode_and_crop() -> None:
     decode), which tests/test_tf_jpeg.py checks against TensorFlow, at full scale; at reduced scales
     the same but for a few pixels at a crop's right edge in rare boxes (no TensorFlow call to settle
     it: decode_and_crop_jpeg with ratio= crops in other coordinates)."""
+    from test_tf_jpeg import crop_pixels_missing
+
     from torch_tfrecord.codec import tf_jpeg
 
-    pytest.importorskip("turbojpeg")
+    if crop_pixels_missing():  # the reference here is decode_jpeg_crop_fast: PyTurboJPEG
+        pytest.skip(crop_pixels_missing())
     rng = random.Random(5)
     exact = close = 0
     for case in range(60):

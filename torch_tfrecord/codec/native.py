@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, Literal
@@ -26,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from ..support import extension
 from ..support.extension import ENV_VAR, compiled, not_built, requested
 from .assemble import (
     Column,
@@ -58,7 +58,6 @@ _REASONS = {
     "DECODE_FRAME": "the record framing does not match its index entry",
     "DECODE_CRC": "a CRC does not match",
 }
-_warned = False
 # FixedLen numbers that need no cast: the column's values are the tensor (fixed_tensor's result).
 _NATURAL = {torch.int64: np.int64, torch.float32: np.float32}
 
@@ -86,7 +85,6 @@ def decoder() -> Literal["native", "python"]:
         ValueError: the variable holds something else.
         ImportError: ``native`` is asked for and the extension is not built.
     """
-    global _warned
     choice = requested()
     if choice == "python":
         return "python"
@@ -94,14 +92,12 @@ def decoder() -> Literal["native", "python"]:
         return "native"
     if choice == "native":
         raise not_built()
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            "torch_tfrecord: the native decoder is not built (no C compiler at install time?); "
-            "decoding with the protobuf runtime, several times slower",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    state = extension.unavailable(extension.import_error)
+    hint = " (no C compiler at install time?)" if state == "is not built" else ""
+    extension.warn_once(
+        "native_decoder",
+        f"the native decoder {state}{hint}; decoding with the protobuf runtime, several times slower",
+    )
     return "python"
 
 
