@@ -18,12 +18,17 @@ from test_imagecodec import photo as imagecodec_photo
 import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch, image_roi
 from torch_tfrecord.errors import FeatureTypeError
+from torch_tfrecord.support import extension
 from torch_tfrecord.support.seeds import mix_seed
 from torch_tfrecord.vision import decode_image
 
 PIL = pytest.importorskip("PIL.Image")
 simplejpeg = pytest.importorskip("simplejpeg")
-pytestmark = pytest.mark.skipif(not image_roi.available(), reason="the _jpeg extension is not built")
+pytestmark = pytest.mark.skipif(
+    not image_roi.available(),
+    reason=f"the _jpeg extension {extension.unavailable(image_roi.load_error)} "
+    "(setup.py builds it where libjpeg-turbo's headers are: apt-get install libjpeg62-turbo-dev)",
+)
 
 
 def photo(
