@@ -71,6 +71,7 @@ def _jpeg_include_dir() -> str | None:
 def _jpeg_extension(include: str) -> Extension:
     """``_jpeg``: linked against libjpeg (shared), or with ``JPEG_STATIC_LIB`` its static archive."""
     static = os.environ.get("JPEG_STATIC_LIB")
+    hidden = bool(static) and sys.platform.startswith("linux")
     library_dirs = [os.environ["JPEG_LIB_DIR"]] if os.environ.get("JPEG_LIB_DIR") else []
     return Extension(
         "torch_tfrecord.codec._jpeg",
@@ -82,7 +83,7 @@ def _jpeg_extension(include: str) -> Extension:
         extra_objects=[static] if static else [],
         define_macros=[("TORCH_TFRECORD_STATIC_JPEG", "1")] if static else [],
         # libjpeg's symbols stay inside _jpeg (packaging/extension.map exports PyInit__jpeg only)
-        extra_link_args=[f"-Wl,--version-script={EXPORTS}"] if static and sys.platform.startswith("linux") else [],
+        extra_link_args=[f"-Wl,--version-script={EXPORTS}"] if hidden else [],
         extra_compile_args=FLAGS,
         optional=not REQUIRED,
     )

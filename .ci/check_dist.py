@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 WHEEL_FILES = [
     "torch_tfrecord/__init__.py",
+    "torch_tfrecord/__init__.pyi",  # the table of public names, read at import
     "torch_tfrecord/py.typed",
     "torch_tfrecord/support/_native.*.so",  # CI has a compiler: a wheel without the native decoder is a bug
     "torch_tfrecord/codec/_jpeg.*.so",  # and libjpeg's header (.ci/run): without it, no region decoding
@@ -63,6 +64,7 @@ SDIST_FILES = [
     "torch_tfrecord/codec/_resize.h",
     "packaging/extension.map",  # setup.py's version script for a static libjpeg
     "torch_tfrecord/py.typed",
+    "torch_tfrecord/__init__.pyi",
     "torch_tfrecord/proto/feature.proto",
     "torch_tfrecord/viewer/static/viewer.js",
     "index_tools/build.py",

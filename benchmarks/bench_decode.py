@@ -37,6 +37,7 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec import native
+from torch_tfrecord.codec.spec import normalize_spec
 from torch_tfrecord.data.shards import RecordFiles
 from torch_tfrecord.proto import Example
 
@@ -177,10 +178,10 @@ def native_profile(paths: list[str], spec: dict, repeats: int, total_s: float) -
     files = RecordFiles.from_sources(paths)
     n = files.num_records
     id_batches = [np.arange(i, min(i + BATCH, n), dtype=np.int64) for i in range(0, n, BATCH)]
-    normalized = tt.spec.normalize_spec(spec)
+    normalized = normalize_spec(spec)
     assert normalized is not None and native._native is not None
     table = native._columns(tuple(normalized.items()), ())
-    read_s, _ = timed(lambda: sum(len(files.read_framed(ids)[1]) for ids in id_batches), repeats)  # type: ignore[index]
+    read_s, _ = timed(lambda: sum(len(files.read_framed(ids)[1]) for ids in id_batches), repeats)
     framed = [files.read_framed(ids) for ids in id_batches]
 
     def raw(columns: Any, verify: bool) -> int:
@@ -260,7 +261,7 @@ def main() -> None:
         read_s, _ = timed(lambda: read_only(paths), args.repeats)
         parse_s, _ = timed(lambda: parse_only(in_memory), args.repeats)
         python_split.append((label, n, read_s, parse_s, python_s - read_s - parse_s))
-        normalized = tt.spec.normalize_spec(spec)
+        normalized = normalize_spec(spec)
         files = RecordFiles.from_sources(paths)
         framed = [
             files.read_framed(np.arange(i, min(i + BATCH, n), dtype=np.int64)) for i in range(0, n, BATCH)

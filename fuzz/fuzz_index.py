@@ -25,13 +25,14 @@ _DATA: dict[str, Any] = {}
 def _data() -> dict[str, Any]:
     if not _DATA:
         import torch_tfrecord as tt
+        from torch_tfrecord.records import index as tt_index
 
         directory = Path(tempfile.mkdtemp(prefix="fuzz-index-"))
         path = directory / "data.tfrecord"
         payloads = [tt.encode_example({"i": [i], "pad": [b"x" * (7 * i)]}) for i in range(5)]
         path.write_bytes(b"".join(tt.encode_record(p) for p in payloads))
         table = tt.build_index(path)
-        _DATA.update(path=path, payloads=payloads, table=table, text=(tt.index.encode_index(table)))
+        _DATA.update(path=path, payloads=payloads, table=table, text=(tt_index.encode_index(table)))
         _DATA["by_entry"] = {(int(o), int(s)): p for (o, s), p in zip(table, payloads, strict=True)}
     return _DATA
 

@@ -57,7 +57,6 @@ def check(data: bytes) -> None:
         same,
     )
 
-    import torch_tfrecord as tt
     from torch_tfrecord.codec import decode as codec_decode
     from torch_tfrecord.codec import native
     from torch_tfrecord.records.framing import encode_record
@@ -69,7 +68,9 @@ def check(data: bytes) -> None:
     choice, record = data[0], data[1:]
     for sequence in (False, True):
         assert native_parses(record, sequence) == protobuf_parses(record, sequence), ("parse", sequence)
-    spec = tt.spec.normalize_spec(SPECS[choice % len(SPECS)])
+    from torch_tfrecord.codec.spec import normalize_spec
+
+    spec = normalize_spec(SPECS[choice % len(SPECS)])
     assert spec is not None
     ours = outcome(lambda: native.decode_examples([record], spec, None))
     reference = outcome(lambda: reference_examples([record], spec))

@@ -151,7 +151,9 @@ def check(data: bytes) -> None:
     if not _CHOICES:
         _CHOICES.update(_choices())
     draw = _Draw(data)
-    spec = attempt(lambda: tt.spec.normalize_spec(_build(draw)))
+    from torch_tfrecord.codec.spec import normalize_spec
+
+    spec = attempt(lambda: normalize_spec(_build(draw)))
     record = draw.rest()
     if isinstance(spec, Rejected):
         assert isinstance(spec.error, tt.SpecError), spec

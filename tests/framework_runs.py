@@ -1,9 +1,11 @@
 """Each training framework, used as its own docs use a dataset, on 2 ranks: run by tests/test_frameworks.py.
 
-``torchrun --nproc_per_node=2 tests/framework_runs.py FRAMEWORK DATA OUT`` runs, on each rank,
-every configuration (sample and batch mode, 0 and 2 DataLoader workers) for two epochs, never
+``torchrun --nproc_per_node=2 tests/framework_runs.py FRAMEWORK DATA OUT [KIND]`` runs, on each
+rank, every configuration (sample and batch mode, 0 and 2 DataLoader workers) for two epochs, never
 calling ``set_epoch``, and writes ``OUT/FRAMEWORK-rank<R>.json``: for each configuration the
-``len`` of the loader each epoch and the (record id, padding) pairs the rank's training step saw.
+``len`` of the loader each epoch and the (item, padding) pairs the rank's training step saw. KIND
+is ``dataset`` (a TFRecordDataset; an item is a record id) or ``mix`` (two TFRecordDatasets of the
+same records mixed 55/45 by ``tt.mix``; an item is ``source * MIX_ITEM + record id``).
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ EPOCHS = 2
 SPEC = {"id": tt.FixedLen((), torch.int64)}
 CONFIGS = [("sample", 0), ("sample", 2), ("batch", 0), ("batch", 2)]
 SHARD_SIZES = (130, 70, 110, 93)  # 403 records, uneven
+MIX_WEIGHTS = {"a": 550, "b": 450}
+MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
+KIND = {"kind": "dataset"}  # what make_dataset makes: "dataset" or "mix" (main's last argument)
 
 warnings.filterwarnings(
     "ignore", message=".*(worker processes in total|set_vital|does not have many workers).*"
@@ -44,14 +49,24 @@ def write_data(folder: Path) -> None:
                 record_id += 1
 
 
-def make_dataset(data: str, mode: str) -> tt.TFRecordDataset:
+def make_dataset(data: str, mode: str) -> tt.TFRecordDataset | tt.MixedDataset:
+    batch_size = BATCH if mode == "batch" else None
+    if KIND["kind"] == "mix":
+        return make_mix(data, batch_size)
     return tt.TFRecordDataset(
-        f"{data}/*.tfrecord",
-        spec=SPEC,
-        shuffle="global",
-        seed=3,
-        drop_last=False,
-        batch_size=BATCH if mode == "batch" else None,
+        f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=3, drop_last=False, batch_size=batch_size
+    )
+
+
+def make_mix(data: str, batch_size: int | None = None, **world: Any) -> tt.MixedDataset:
+    """Two datasets of the same records (their own seeds), mixed 55/45 into epochs of as many places."""
+    sources = {
+        name: tt.TFRecordDataset(f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=seed, **world)
+        for name, seed in (("a", 3), ("b", 5))
+    }
+    places = sum(SHARD_SIZES)
+    return tt.mix(
+        sources, MIX_WEIGHTS, samples_per_epoch=places, drop_last=False, batch_size=batch_size, **world
     )
 
 
@@ -62,11 +77,19 @@ def make_loader(dataset: tt.TFRecordDataset, mode: str, workers: int, cls: type 
 
 
 def pairs(batch: dict[str, Any]) -> list[list[int]]:
+    """(item, padding) of each row; a mix's batch mode holds one sub-batch per source."""
+    if "_source" in batch and "_record_id" not in batch:  # a mix's batch: rows in place order
+        parts = {s: iter(pairs(batch[name])) for s, name in enumerate(MIX_WEIGHTS) if name in batch}
+        return [[s * MIX_ITEM + i, p] for s in batch["_source"].tolist() for i, p in [next(parts[s])]]
     ids, padding = batch["_record_id"].tolist(), batch["_padding"].tolist()
-    return [[int(i), int(p)] for i, p in zip(ids, padding, strict=True)]
+    sources = batch["_source"].tolist() if "_source" in batch else [0] * len(ids)
+    return [[int(s) * MIX_ITEM + int(i), int(p)] for s, i, p in zip(sources, ids, padding, strict=True)]
 
 
 def loss_of(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    if "id" not in batch:  # a mix's batch mode
+        ids = torch.cat([batch[name]["id"] for name in MIX_WEIGHTS if name in batch])
+        return model(ids.float()[:, None] / 1000).pow(2).mean()
     return model(batch["id"].float()[:, None] / 1000).pow(2).mean()
 
 
@@ -421,7 +444,8 @@ RUNS = {
 
 
 def main(argv: Iterable[str]) -> None:
-    framework, data, out = list(argv)
+    framework, data, out, *kind = list(argv)
+    KIND["kind"] = kind[0] if kind else "dataset"
     results = RUNS[framework](data)
     rank = int(os.environ["RANK"])
     Path(out, f"{framework}-rank{rank}.json").write_text(json.dumps(results))

@@ -27,18 +27,8 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (5, "viewer", ("torch_tfrecord.viewer",)),
     (6, "command line", ("torch_tfrecord.cli", "index_tools")),
 ]
-# The package's face: ``tt.*`` and the module paths kept for imports written before the layers.
-FACE = (
-    "torch_tfrecord",
-    "torch_tfrecord.__main__",
-    "torch_tfrecord.dataset",
-    "torch_tfrecord.index",
-    "torch_tfrecord.ray",
-    "torch_tfrecord.reader",
-    "torch_tfrecord.spec",
-    "torch_tfrecord.tfds",
-    "torch_tfrecord.writer",
-)
+# The package's face: ``tt.*`` (its table of names is torch_tfrecord/__init__.pyi).
+FACE = ("torch_tfrecord", "torch_tfrecord.__main__")
 TOP = 7
 
 

@@ -18,8 +18,8 @@ import torch_tfrecord as tt
 from torch_tfrecord.codec.selection import RowList
 from torch_tfrecord.data import byte_ring
 from torch_tfrecord.data.byte_ring import SLOTS
-from torch_tfrecord.data.loader import convert
-from torch_tfrecord.data.packing import RingBatch, pack_tensors
+from torch_tfrecord.data.fast_convert import convert
+from torch_tfrecord.data.handoff import RingBatch, pack_tensors
 
 
 def _column(seed: int, count: int = 64, size: int = 4096) -> RowList:

@@ -439,7 +439,7 @@ def test_a_damaged_copy_is_fetched_again_once_then_both_paths_are_named(
 
         first = dataset()
         assert sum(len(b["id"]) for b in first) == SHARD
-        assert first.files.remote.fetch(0) is not None  # (the download may still be finishing)
+        assert first.files.pool.fetch(0) is not None  # (the download may still be finishing)
         (copy,) = [e.path for e in ShardCache(cache_dir).entries() if e.url == url]
         with open(copy, "r+b") as f:  # one flipped byte in a record's payload
             f.seek(5000)

@@ -97,7 +97,7 @@ def test_tensorflow_written_shards_read_as_tensorflow_parses_them(
 ) -> None:
     ds = tt.TFRecordDataset(golden_dir, spec=SPEC, batch_size=8, shuffle=shuffle, drop_last=False, seed=3)
     assert ds.files.shard_sizes == tuple(len(EXPECTED[name]["id"]) for name in NAMES)
-    assert sorted(ds.files.compressed) == [1, 2, 3]  # plain, GZIP, ZLIB (no suffix), GZIP
+    assert [i for i, s in enumerate(ds.files.specs) if s.inflating] == [1, 2, 3]  # plain, GZIP, ZLIB, GZIP
     got = _samples(list(DataLoader(ds, batch_size=None, num_workers=2)))
     ids = _expected_ids()
     assert sorted(got) == sorted(ids)
@@ -277,7 +277,7 @@ def test_seek_points_reach_a_record_without_inflating_from_the_start(
         )
         ids = [i for batch in ds for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(3000))
-        inflated = sum(s.segments_inflated for s in ds.files._inflaters.open.values())
+        inflated = sum(s.shard.segments_inflated for s in ds.files.pool.opened("inflating").values())
         assert inflated == -(-index.uncompressed_size // SEGMENT), shuffle
     # Random access (IndexedTFRecordDataset, "global"): correct, through the seek points.
     indexed = tt.IndexedTFRecordDataset(
@@ -429,7 +429,8 @@ def test_without_rapidgzip_checkpoints_reach_a_record_without_inflating_from_the
         ds = tt.TFRecordDataset(path, spec=ID_SPEC, batch_size=100, shuffle=shuffle, drop_last=False)
         ids = [i for batch in ds for i in batch["id"].tolist()]
         assert sorted(ids) == list(range(3000))
-        inflated = sum(s._file.inflated for s in ds.files._inflaters.open.values() if s._file is not None)
+        shards = [source.shard for source in ds.files.pool.opened("inflating").values()]
+        inflated = sum(shard._file.inflated for shard in shards if shard._file is not None)
         if shuffle in (False, "shards"):
             assert inflated == len(stream)  # in order: once, front to back
     indexed = tt.IndexedTFRecordDataset(path, spec=ID_SPEC)
@@ -501,7 +502,7 @@ def test_compressed_shards_on_s3_read_as_local_ones(golden_dir: Path, tmp_path: 
                 "s3://bucket/c/", spec=spec, batch_size=64, shuffle=shuffle, storage_options=options
             )
             local_ds = tt.TFRecordDataset(golden_dir, spec=spec, batch_size=64, shuffle=shuffle)
-            assert sorted(remote_ds.files.compressed) == [1, 2, 3, 4]
+            assert [i for i, spec in enumerate(remote_ds.files.specs) if spec.inflating] == [1, 2, 3, 4]
             remote = [b["id"].tolist() for b in DataLoader(remote_ds, batch_size=None, num_workers=2)]
             assert remote == [b["id"].tolist() for b in local_ds]
         # The saved index is found beside the object; one without is scanned in memory.

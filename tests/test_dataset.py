@@ -355,7 +355,7 @@ def test_compressed_file_is_read_by_record(
 ) -> None:
     path = golden_copy("gzip.tfrecord.gz")  # TensorFlow-written raw payloads: read by record id
     files = tt.TFRecordDataset(path, spec={}).files
-    assert files.compressed and files.shard_sizes == (len(golden["payloads"]),)
+    assert any(spec.inflating for spec in files.specs) and files.shard_sizes == (len(golden["payloads"]),)
     order = [5, 0, len(golden["payloads"]) - 1]
     assert files.read(order) == [golden["payloads"][i] for i in order]
 
@@ -477,9 +477,9 @@ def test_indexed_dataset_pickles_without_open_files(id_shards: Callable[..., lis
     paths = id_shards([5])
     ds = tt.IndexedTFRecordDataset(paths, spec=SPEC)
     assert int(ds[2]["id"]) == 2  # opens the file
-    assert ds.files._local._open  # an open descriptor ...
+    assert ds.files.pool.opened("local")  # an open descriptor ...
     clone = pickle.loads(pickle.dumps(ds))
-    assert not clone.files._local._open  # ... that was not pickled
+    assert not clone.files.pool.opened("local")  # ... that was not pickled
     assert int(clone[4]["id"]) == 4
     loader = DataLoader(
         ds, batch_size=5, num_workers=1, multiprocessing_context="spawn", collate_fn=tt.collate

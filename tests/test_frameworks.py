@@ -5,7 +5,9 @@ Fabric, torchdata's StatefulDataLoader and a plain torchrun loop, each for real 
 Every configuration (sample and batch mode, 0 and 2 workers) of every framework, used as its own
 docs use a dataset and never calling ``set_epoch``, must read every record exactly once per epoch
 across the ranks, take exactly ``len(loader)`` steps on every rank, and use a new order in the
-second epoch. In-process tests below check the pieces without a process group.
+second epoch; and so must a mix of two datasets (``tt.mix``), each item of its epoch once (an
+item: a source's record at its place in the source's stream). In-process tests below check the
+pieces without a process group.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from framework_runs import BATCH, SHARD_SIZES, SPEC, STOP, write_data
+from framework_runs import BATCH, MIX_ITEM, SHARD_SIZES, SPEC, STOP, make_mix, write_data
 from launch import run as run_tree
 from torch.utils.data import DataLoader
 
@@ -39,6 +42,13 @@ REFUSED = {
         "dispatch-stateful": "resume with Accelerator.load_state and accelerator.skip_first_batches",
     }
 }
+# A mix's batches hold a sub-batch per source, which Accelerate's dispatcher would cut across ranks.
+MIX_REFUSED = {
+    "accelerate": {
+        "dispatch-batch-0": "a mix in batch mode cannot be dispatched",
+        "dispatch-batch-2": "a mix in batch mode cannot be dispatched",
+    }
+}
 
 
 @pytest.fixture(scope="module")
@@ -48,11 +58,11 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def launch(framework: str, data: Path, out: Path) -> list[dict[str, Any]]:
+def launch(framework: str, data: Path, out: Path, kind: str = "dataset") -> list[dict[str, Any]]:
     """Runs tests/framework_runs.py FRAMEWORK on 2 ranks under torchrun; each rank's results."""
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests" / "framework_runs.py"), framework, str(data), str(out),
+        str(ROOT / "tests" / "framework_runs.py"), framework, str(data), str(out), kind,
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false"}
@@ -61,13 +71,26 @@ def launch(framework: str, data: Path, out: Path) -> list[dict[str, Any]]:
     return [json.loads((out / f"{framework}-rank{rank}.json").read_text()) for rank in range(2)]
 
 
-def check_epochs(name: str, ranks: list[dict[str, Any]]) -> None:
-    """Exactly once per epoch across ranks; len(loader) steps on each rank, the same on both;
-    a new order in the second epoch."""
+def epoch_items(data: Path, kind: str, epoch: int) -> collections.Counter[int]:
+    """The items an epoch must give, each as often as it must: every record once; for the mix,
+    each source's next stretch of its stream (its passes through its own permutations)."""
+    if kind == "dataset":
+        return collections.Counter(range(RECORDS))
+    mix = make_mix(str(data), rank=0, world_size=1)
+    items: collections.Counter[int] = collections.Counter()
+    for number, (source, count) in enumerate(zip(mix.sources, mix.counts, strict=True)):
+        ids = source.plan.stream(np.arange(epoch * count, (epoch + 1) * count))
+        items.update((number * MIX_ITEM + ids).tolist())
+    return items
+
+
+def check_epochs(name: str, ranks: list[dict[str, Any]], expected: list[collections.Counter[int]]) -> None:
+    """Each item exactly as often as the epoch holds it, across ranks; len(loader) steps on each
+    rank, the same on both; a new order in the second epoch."""
     for epoch in range(2):
         real = collections.Counter(i for rank in ranks for i, padding in rank["epochs"][epoch] if not padding)
-        assert sorted(real) == list(range(RECORDS)), f"{name} epoch {epoch}: missing records"
-        assert set(real.values()) == {1}, f"{name} epoch {epoch}: records read twice"
+        assert sorted(real) == sorted(expected[epoch]), f"{name} epoch {epoch}: missing records"
+        assert real == expected[epoch], f"{name} epoch {epoch}: records read twice"
         steps = [rank["steps"][epoch] for rank in ranks]
         assert steps == [rank["len"][epoch] for rank in ranks], f"{name}: steps {steps} are not len(loader)"
         assert steps[0] == steps[1] == -(-RECORDS // (2 * BATCH)), name
@@ -75,28 +98,35 @@ def check_epochs(name: str, ranks: list[dict[str, Any]]) -> None:
         assert rank["epochs"][0] != rank["epochs"][1], f"{name}: the second epoch repeats the first's order"
 
 
+@pytest.mark.parametrize("kind", ["dataset", "mix"])
 @pytest.mark.parametrize("framework", ["plain", "accelerate", "trainer", "lightning", "fabric"])
-def test_every_record_once_per_epoch_inside_the_framework(framework: str, data: Path, tmp_path: Path) -> None:
-    ranks = launch(framework, data, tmp_path)
+def test_every_record_once_per_epoch_inside_the_framework(
+    framework: str, kind: str, data: Path, tmp_path: Path
+) -> None:
+    ranks = launch(framework, data, tmp_path, kind)
     names = list(ranks[0])
     assert len(names) >= 2
+    expected = [epoch_items(data, kind, epoch) for epoch in range(2)]
+    refused = {**REFUSED.get(framework, {}), **(MIX_REFUSED.get(framework, {}) if kind == "mix" else {})}
     for name in names:
         results = [rank[name] for rank in ranks]
-        fix = REFUSED.get(framework, {}).get(name)
+        fix = refused.get(name)
         if fix is not None:
             for result in results:
                 assert fix in result["error"], result
             continue
-        check_epochs(f"{framework}: {name}", results)
+        check_epochs(f"{framework} ({kind}): {name}", results, expected)
 
 
+@pytest.mark.parametrize("kind", ["dataset", "mix"])
 @pytest.mark.parametrize("scenario", ["stateful", "accelerate", "trainer", "lightning"])
-def test_resume_mid_epoch_through_the_framework(scenario: str, data: Path, tmp_path: Path) -> None:
+def test_resume_mid_epoch_through_the_framework(scenario: str, kind: str, data: Path, tmp_path: Path) -> None:
     """Stopped STOP steps into the second epoch and resumed through the framework's own
     checkpointing (Lightning and the StatefulDataLoader run load rank 0's state on both ranks):
     each rank goes on exactly where it stopped, and the epoch reads every record once."""
-    ranks = launch(f"{scenario}-resume", data, tmp_path)
+    ranks = launch(f"{scenario}-resume", data, tmp_path, kind)
     assert ranks[0]
+    expected = epoch_items(data, kind, 1)
     for name in ranks[0]:
         results = [rank[name] for rank in ranks]
         for result in results:
@@ -105,7 +135,7 @@ def test_resume_mid_epoch_through_the_framework(scenario: str, data: Path, tmp_p
         real = collections.Counter(
             i for r in results for i, padding in r["before"] + r["after"] if not padding
         )
-        assert sorted(real) == list(range(RECORDS)) and set(real.values()) == {1}, name
+        assert real == expected, name
 
 
 # In one process: the pieces, with rank= and world_size= standing in for a process group.

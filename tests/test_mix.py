@@ -1,4 +1,5 @@
-"""Weighted mixing: the pure schedule (_mixing) by invariants; MixedDataset over ranks, workers, resumes."""
+"""Weighted mixing: the pure schedule (mix_schedule) by invariants; MixedDataset over ranks, workers,
+resumes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.mixing import Schedule, locate, quotas
+from torch_tfrecord.data.mix_schedule import MixSchedule, locate, quotas
 
 SIZES = {"web": 30, "books": 7, "code": 12}
 
@@ -61,7 +62,7 @@ def test_locate_a_billion_places_is_cheap() -> None:
 
 
 def test_schedule_goes_on_from_where_it_started() -> None:
-    schedule = Schedule((3, 2), (10, 4), origin=5)
+    schedule = MixSchedule((3, 2), (10, 4), origin=5)
     assert schedule.offsets_at(5) == (10, 4) and schedule.offsets_at(7) == (16, 8)
     with pytest.raises(ValueError, match="before epoch 5"):
         schedule.offsets_at(4)
@@ -133,7 +134,7 @@ def test_exact_proportions_equal_batches_and_each_source_once_per_pass(folder: P
 
 
 def test_a_mix_under_a_loader_without_batch_size_uses_the_fast_convert(folder: Path) -> None:
-    from torch_tfrecord.data.loader import convert
+    from torch_tfrecord.data.fast_convert import convert
 
     mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=40, batch_size=4)
     loader = DataLoader(mixed, batch_size=None)
@@ -147,8 +148,14 @@ def test_sample_mode_tags_the_source_and_is_deterministic(folder: Path) -> None:
     mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=20)
     mixed.set_epoch(3)
     samples = list(mixed)
-    assert collections.Counter(s["_source"] for s in samples) == {"web": 10, "books": 6, "code": 4}
-    assert all(s["text"] == [f"books {int(s['id'])}".encode()] for s in samples if s["_source"] == "books")
+    names = [mixed.names[s["_source"]] for s in samples]  # the source's number in names, as in batches
+    assert all(type(s["_source"]) is int for s in samples)
+    assert collections.Counter(names) == {"web": 10, "books": 6, "code": 4}
+    assert all(
+        s["text"] == [f"books {int(s['id'])}".encode()]
+        for s, name in zip(samples, names, strict=True)
+        if name == "books"
+    )
     again = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=20)
     again.set_epoch(3)
     assert [(s["_source"], s["_record_id"]) for s in again] == [
@@ -156,7 +163,8 @@ def test_sample_mode_tags_the_source_and_is_deterministic(folder: Path) -> None:
     ]
     batched = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=20, batch_size=5)
     batched.set_epoch(3)
-    assert [(s, r) for s, r, _ in _epoch(batched, 0)] == [(s["_source"], s["_record_id"]) for s in samples]
+    expected = [(name, s["_record_id"]) for s, name in zip(samples, names, strict=True)]
+    assert [(s, r) for s, r, _ in _epoch(batched, 0)] == expected
 
 
 def test_resume_on_another_world_size_and_with_new_weights(folder: Path) -> None:

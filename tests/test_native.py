@@ -40,6 +40,7 @@ from torch_tfrecord import (
 )
 from torch_tfrecord.codec import decode as codec_decode
 from torch_tfrecord.codec import native
+from torch_tfrecord.codec.spec import normalize_spec
 from torch_tfrecord.proto import Example, SequenceExample
 from torch_tfrecord.records import gather
 from torch_tfrecord.records.framing import encode_record
@@ -116,7 +117,7 @@ def same(a: Any, b: Any) -> bool:
 
 
 def native_examples(records: list[bytes], spec: Mapping[str, Any]) -> Any:
-    normalized = tt.spec.normalize_spec(spec)
+    normalized = normalize_spec(spec)
     assert normalized is not None
     return native.decode_examples(records, normalized, None)
 
@@ -526,7 +527,7 @@ def test_framed_records_check_lengths_and_crcs() -> None:
     sizes = np.array([len(f) for f in frames], dtype=np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     order = np.array([3, 0, 4, 1, 2])
-    spec = tt.spec.normalize_spec(SPEC)
+    spec = normalize_spec(SPEC)
     assert spec is not None
     batch = native.decode_framed(buffer, starts[order], sizes[order], spec, verify_crc=True)
     assert same(batch, reference_examples([payloads[i] for i in order], SPEC))
@@ -583,7 +584,7 @@ def test_software_crc_agrees(tmp_path: Path) -> None:
 def test_read_framed_in_one_call_equals_the_per_record_reads(
     id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torch_tfrecord.data import shards
+    from torch_tfrecord.data import shard_pool
     from torch_tfrecord.data.shards import RecordFiles
 
     files = RecordFiles.from_sources(id_shards([5, 0, 9, 4]))
@@ -598,9 +599,7 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
         np.arange(17, -1, -1).repeat(20),
     )
     for ids in batches:
-        framed = files.read_framed(ids, scratch)
-        assert framed is not None
-        buffer, starts, sizes = framed
+        buffer, starts, sizes = files.read_framed(ids, scratch)
         records = [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts.tolist(), sizes.tolist())]
         assert records == files.read(ids)
         assert len(set(starts.tolist())) == len(ids)  # a place of its own for each, repeats too
@@ -608,21 +607,21 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
         files.read_framed([3, 18])
     # The records of a batch that lie apart are copied from each file's mapping; without the
     # mappings every run is a pread, with the same bytes.
-    assert sum(mapping is not None for mapping in files._local.maps) == 3  # the empty shard is not mapped
+    assert files.pool.mapped() == 3  # the empty shard is not mapped
     unmapped = RecordFiles(files.paths, files.tables)
     for ids in batches[:3] + batches[4:]:
         unmapped.read_framed(ids)
-        unmapped._local.maps = [None] * len(files.paths)
+        unmapped.pool.maps = [None] * len(files.paths)
         assert unmapped.read(ids) == files.read(ids)
-        buffer, starts, sizes = unmapped.read_framed(ids)  # type: ignore[misc]
+        buffer, starts, sizes = unmapped.read_framed(ids)
         assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
     # More shards in a batch than stay open at once: the loop per shard reads it.
-    monkeypatch.setattr(shards, "_MAX_OPEN_FILES", 2)
+    monkeypatch.setitem(shard_pool.CAPS, "local", 2)
     fewer = RecordFiles(files.paths, files.tables)
     ids = np.array([17, 0, 6, 15, 1])
-    buffer, starts, sizes = fewer.read_framed(ids)  # type: ignore[misc]
+    buffer, starts, sizes = fewer.read_framed(ids)
     assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
-    assert len(fewer._local._open) == 2
+    assert len(fewer.pool.opened("local")) == 2
 
 
 def _long_shard(path: Path, records: int = 600) -> Path:
@@ -634,6 +633,7 @@ def _long_shard(path: Path, records: int = 600) -> Path:
 
 def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -> None:
     from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.sources import BatchReadFailed
 
     if _extension.compiled is None:
         pytest.skip("the extension is not built")
@@ -643,20 +643,23 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
     files = ds._decoder.files
     assert isinstance(files, RecordFiles)
     apart = np.array([590, 3, 400, 250, 580])  # far apart: copied from the mapping, not read
-    assert files.read_framed(apart) is not None and files._local.maps[0] is not None
+    files.read_framed(apart)
+    assert files.pool.maps[0] is not None
     with open(path, "r+b") as handle:  # records 400 on lie on pages wholly past the new end
         handle.truncate(8 * 4096)
     # The copy meets SIGBUS on a page past the end: the batch read says it failed...
-    assert files.read_framed(apart) is None
-    assert files.read_framed(np.array([1, 30, 60])) is not None  # the pages before the cut are there
+    with pytest.raises(BatchReadFailed):
+        files.read_framed(apart)
+    files.read_framed(np.array([1, 30, 60]))  # the pages before the cut are there
     # Past the end but within the last page, a mapping reads zeros, not SIGBUS: the size now is
     # checked, so those records are refused as a pread refuses them.
     offsets = files.tables[0][:, 0]
     last = int(np.flatnonzero(offsets < 8 * 4096)[-1])
     with open(path, "r+b") as handle:
         handle.truncate(int(offsets[last - 5]) + 100)  # records last-5 .. last now cut off
-    assert files.read_framed(np.array([last - 2, 3, 40])) is None
-    assert files.read_framed(np.array([last - 20, 3, 40])) is not None
+    with pytest.raises(BatchReadFailed):
+        files.read_framed(np.array([last - 2, 3, 40]))
+    files.read_framed(np.array([last - 20, 3, 40]))
     # ...and the dataset's per-record path names the file and the record.
     with pytest.raises(tt.TFRecordError, match=r"cut\.tfrecord") as raised:
         for _ in ds:
@@ -795,7 +798,7 @@ def test_without_the_extension_warns_once_and_decodes(monkeypatch: pytest.Monkey
 
 def test_named_dimensions_go_to_the_protobuf_decoder() -> None:
     spec = {"raw": RawTensor(torch.uint8, ("h", 2)), "h": FixedLen((), torch.int64)}
-    assert native_examples([b""], tt.spec.normalize_spec(spec)) is None  # type: ignore[arg-type]
+    assert native_examples([b""], normalize_spec(spec)) is None  # type: ignore[arg-type]
     record = tt.encode_example({"raw": tt.BytesList([bytes(6)]), "h": 3})
     assert [t.shape for t in tt.decode_batch([record], spec)["raw"]] == [(3, 2)]
 
@@ -865,26 +868,29 @@ def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     id_shards: Callable[..., list[Path]],
 ) -> None:
     from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.sources import BatchReadFailed
 
     paths = id_shards([4])
     files = RecordFiles.from_sources(paths)
-    buffer, starts, sizes = files.read_framed([2, 0])  # type: ignore[misc]
+    buffer, starts, sizes = files.read_framed([2, 0])
     assert bytes(buffer[starts[1] : starts[1] + sizes[1]]) == encode_record(
         tt.encode_example({"id": 0, "x": []})
     )
-    os.close(files._local.fd(0))  # the descriptor fails under it: EBADF (read, not mapped)
-    files._local._unmap(0)
-    try:
-        assert files.read_framed([1]) is None
-        with pytest.raises(OSError):
-            files.read([1])
-    finally:
-        files._local._open.clear()
+    source = files.pool.source(0)
+    os.close(source.fd)  # the descriptor fails under it: EBADF (read, not mapped)
+    source.close = lambda: None  # type: ignore[method-assign]  (closed already)
+    files.pool.maps[0] = None
+    with pytest.raises(BatchReadFailed):
+        files.read_framed([1])
+    with pytest.raises(OSError):
+        files.read([1])
+    indexed_size = os.path.getsize(paths[0])
     with open(paths[0], "r+b") as handle:
-        handle.truncate(os.path.getsize(paths[0]) - 5)
-    shrunk = RecordFiles(files.paths, files.tables)
-    shrunk.sizes[0] = os.path.getsize(paths[0]) + 5  # the size it had when indexed
-    assert shrunk.read_framed([3]) is None
+        handle.truncate(indexed_size - 5)
+    # The shard as the dataset saw it when it was built: the size it had when indexed.
+    shrunk = RecordFiles(files.paths, files.tables, specs=files.specs)
+    with pytest.raises(BatchReadFailed):
+        shrunk.read_framed([3])
     with pytest.raises(tt.StaleIndexError, match="shrank"):
         shrunk.read([3])
 

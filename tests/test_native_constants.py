@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from torch_tfrecord.codec import native
-from torch_tfrecord.records.gather import GatherStatus
+from torch_tfrecord.records.gather import Gathered
 from torch_tfrecord.support import extension
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def test_every_named_code_of_the_headers_is_exported_with_its_value() -> None:
 
 def test_the_python_side_reads_the_same_names() -> None:
     constants = header_constants()
-    assert {f"GATHER_{status.name}": int(status) for status in GatherStatus} == {
+    assert {f"GATHER_{status.name}": int(status) for status in Gathered} == {
         name: value for name, value in constants.items() if name.startswith("GATHER_")
     }
     assert set(native._REASONS) == {n for n in constants if n.startswith("DECODE_")} - {"DECODE_OK"}

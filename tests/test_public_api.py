@@ -1,9 +1,10 @@
-"""What users import does not move when the code inside does: ``tt.*``, the module paths they
-may have written before the package had layers, the command lines' entry points, and states
-saved by an earlier version."""
+"""What users import does not move when the code inside does: ``tt.*``, the command lines' entry
+points, and states saved by an earlier version. The public names are one table,
+torch_tfrecord/__init__.pyi (what type checkers read, and what the package reads at import)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 import torch_tfrecord as tt
 
 DATA = Path(__file__).parent / "data"
+STUB = Path(tt.__file__).with_suffix(".pyi")
 
 PUBLIC = [
     "PADDING_KEY", "RECORD_ID_KEY", "BytesList", "CompressedIndex", "CompressedIndexError",
@@ -27,21 +29,21 @@ PUBLIC = [
     "build_index", "check_index", "collate", "count_records", "decode_batch", "decode_example",
     "decode_sequence_batch", "decode_sequence_example", "default_index_path", "detection_spec",
     "encode_example", "encode_record", "encode_sequence_example", "from_parquet", "from_tfds", "infer_spec",
-    "load_compressed_index", "load_index", "masked_crc32c", "mix", "read_records",
+    "load_compressed_index", "load_index", "loader", "masked_crc32c", "mix", "read_records",
     "save_compressed_index", "save_index", "segmentation_spec", "split_batch", "to_hf", "to_parquet",
     "write_dataset",
 ]  # fmt: skip
 
-# Module paths of the flat package, each with names users took from it.
-OLD_PATHS = {
-    "torch_tfrecord.dataset": ["TFRecordDataset", "IndexedTFRecordDataset"],
-    "torch_tfrecord.spec": ["FixedLen", "FixedLenSequence", "VarLen", "Image", "RawTensor"],
-    "torch_tfrecord.reader": ["read_records", "ReadStats", "DamagedRegion"],
-    "torch_tfrecord.writer": ["RecordWriter", "ExampleWriter", "ShardedWriter"],
-    "torch_tfrecord.index": ["build_index", "check_index", "load_index", "save_index", "default_index_path"],
-    "torch_tfrecord.tfds": ["from_tfds"],
-    "torch_tfrecord.codec": ["decode_batch", "decode_example", "decode_sequence_batch"],
-}
+
+def _stub_table() -> dict[str, str]:
+    """Each name the stub re-exports (``from .module import name as name``) and its module."""
+    table = {}
+    for node in ast.parse(STUB.read_text()).body:
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                assert alias.asname == alias.name, f"{alias.name}: re-exported as itself, for type checkers"
+                table[alias.name] = f"torch_tfrecord.{node.module}"
+    return table
 
 
 def test_the_public_names_are_pinned() -> None:
@@ -50,11 +52,24 @@ def test_the_public_names_are_pinned() -> None:
         assert getattr(tt, name) is not None
 
 
-@pytest.mark.parametrize("module", sorted(OLD_PATHS))
-def test_the_old_module_paths_still_import(module: str) -> None:
-    imported = importlib.import_module(module)
-    for name in OLD_PATHS[module]:
-        assert getattr(imported, name) is getattr(tt, name), f"{module}.{name}"
+def test_the_one_table_is_what_the_package_exports_and_where_each_name_lives() -> None:
+    table = _stub_table()
+    modules = {name: path for name, path in table.items() if name not in PUBLIC}
+    assert sorted(modules) == sorted(tt._MODULES) == ["native", "order", "ray", "remote", "tfds"]
+    for name in PUBLIC:
+        value = importlib.import_module(table[name]).__dict__[name]
+        assert getattr(tt, name) is value, name
+        defined = getattr(value, "__module__", None)
+        assert defined in (None, table[name]), f"{name} is defined in {defined}"
+    for name, path in modules.items():
+        assert getattr(tt, name) is importlib.import_module(f"{path}.{name}")
+
+
+@pytest.mark.parametrize("old", ["dataset", "spec", "reader", "writer", "index"])
+def test_the_flat_modules_of_before_the_layers_are_gone(old: str) -> None:
+    """0.1.0 was never released: nobody imports ``torch_tfrecord.dataset`` and its siblings."""
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(f"torch_tfrecord.{old}")
 
 
 def test_the_modules_the_documentation_reaches_as_attributes() -> None:

@@ -569,9 +569,9 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     request is counted, those made through a file let go while another thread still reads it too."""
     import fsspec.implementations.memory as memory
 
-    from torch_tfrecord.data import remote_shards, shards
+    from torch_tfrecord.data import shard_pool, shards
 
-    monkeypatch.setattr(remote_shards, "_MAX_OPEN", 3)
+    monkeypatch.setitem(shard_pool.CAPS, "remote", 3)
     paths = []
     for i in range(5):
         with tt.RecordWriter(f"memory://bounded/{i}.tfrecord") as writer:
@@ -589,15 +589,15 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     files = shards.RecordFiles.from_sources(paths, cache_dir=False)
     for i in range(5):  # one shard at a time: the order they are let go in is known
         assert files.read([i]) == [bytes([i]) * 10]
-    assert list(files.remote._open) == [2, 3, 4]
+    assert list(files.pool.opened("remote")) == [2, 3, 4]
     assert files.remote_requests == len(served) == 5  # those of the files let go are still counted
     # Shards read from several threads while each opening lets another go: none is lost.
-    monkeypatch.setattr(remote_shards, "_MAX_OPEN", 1)
+    monkeypatch.setitem(shard_pool.CAPS, "remote", 1)
     crowded = shards.RecordFiles.from_sources(paths, cache_dir=False)
     served.clear()
     for _ in range(3):
         assert crowded.read(range(5)) == [bytes([i]) * 10 for i in range(5)]
-    assert len(crowded.remote._open) == 1 and crowded.remote_requests == len(served) >= 5
+    assert len(crowded.pool.opened("remote")) == 1 and crowded.remote_requests == len(served) >= 5
 
 
 def test_the_parent_still_reads_after_dataloader_workers_forked_from_it(

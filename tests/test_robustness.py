@@ -23,6 +23,7 @@ from wire import entry, example, ld, tag, varint
 
 import torch_tfrecord as tt
 from torch_tfrecord.records.framing import encode_record, masked_crc32c
+from torch_tfrecord.records.index import index_from_sizes
 
 GOOD = [tt.encode_example({"label": i, "x": tt.FloatList([i / 2, 1.0])}) for i in range(8)]
 SPEC = {"label": tt.FixedLen((), torch.int64), "x": tt.FixedLen((2,), torch.float32)}
@@ -114,7 +115,7 @@ def test_flipped_bit(tmp_path: Path, where: str, words: str) -> None:
         lost=lost,
     )
     if where != "length":  # the headers are sound: an index exists, and index reads skip one record
-        table = tt.index.index_from_sizes([len(encode_record(p)) for p in GOOD])
+        table = index_from_sizes([len(encode_record(p)) for p in GOOD])
         tt.save_index(table, tt.default_index_path(path))
         kept, stats = _read_all(path, entries=table)
         assert kept == GOOD[:BAD_AT] + GOOD[BAD_AT + 1 :] and stats.records_skipped == 1

@@ -169,7 +169,7 @@ def _run(
 
 
 class _Assembler:
-    """Turns the extension's columns into the output types, through :mod:`._assemble` as the
+    """Turns the extension's columns into the output types, through :mod:`.assemble` as the
     protobuf backend does, so both give the same values and errors."""
 
     def __init__(self, buffer: Any, n: int, locations: Sequence[str] | None) -> None:

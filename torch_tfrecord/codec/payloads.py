@@ -1,8 +1,9 @@
 """What the datasets make of a record's bytes: raw payloads and SequenceExamples.
 
-Examples are the datasets' default and their fast path (:class:`BatchDecoder` decodes them
-itself). The other kinds of record are a :class:`Payload`: it turns a batch of records into
-columns, and splits columns back into samples.
+Examples are the datasets' default and their fast path
+(:class:`~torch_tfrecord.data.pipeline.BatchDecoder` decodes them itself). The other kinds of
+record are a :class:`Payload`: it turns a batch of records into columns, and splits columns
+back into samples.
 
 - :class:`RawPayload` (``spec="raw"``): each record's bytes, untouched, under ``"record"``,
   for a transform that parses its own format (another protobuf, JSON, serialized tensors).

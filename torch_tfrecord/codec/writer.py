@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..records.writer import Payload, RecordWriter, ShardedRecordWriter, as_payload
+from ..records.writer import RecordBytes, RecordWriter, ShardedRecordWriter, as_payload
 from .encode import encode_example
 
 __all__ = ["ExampleWriter", "ShardedWriter"]
 
 
-def _encoded(record: Payload | Mapping[str, Any]) -> Payload:
+def _encoded(record: RecordBytes | Mapping[str, Any]) -> RecordBytes:
     """Serialized bytes as they are; a dict of features encoded as an Example."""
     if isinstance(record, Mapping):
         return encode_example(record)
@@ -34,7 +34,7 @@ class ExampleWriter(RecordWriter):
         ...     writer.write({"image": tt.BytesList([jpeg]), "label": 3})
     """
 
-    def write(self, record: Payload | Mapping[str, Any]) -> None:  # type: ignore[override]
+    def write(self, record: RecordBytes | Mapping[str, Any]) -> None:  # type: ignore[override]
         """Appends one record: bytes as they are, a dict encoded with :func:`encode_example`."""
         super().write(_encoded(record))
 
@@ -67,10 +67,10 @@ class ShardedWriter(ShardedRecordWriter):
         ['out/train-00000-of-00002.tfrecord', 'out/train-00001-of-00002.tfrecord']
     """
 
-    def write(self, record: Payload | Mapping[str, Any]) -> None:
+    def write(self, record: RecordBytes | Mapping[str, Any]) -> None:
         """Appends one record (bytes, or a dict of features encoded as an Example) to the
         current shard, starting a new shard when it is full."""
         super().write(record)
 
-    def _payload(self, record: Any) -> Payload:
+    def _payload(self, record: Any) -> RecordBytes:
         return _encoded(record)

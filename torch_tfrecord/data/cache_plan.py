@@ -81,14 +81,14 @@ class ReadSchedule:
         uses = shard_uses(plan, epoch, workers, files.starts, progress, skip)
         for shard, spans in shard_uses(plan, epoch + 1, workers, files.starts).items():
             uses.setdefault(shard, []).extend(spans)
-        files.remote.plan(uses, float(epoch))
+        files.pool.plan(uses, float(epoch))
 
     def reached(self, unit: int | np.integer[Any]) -> None:
         """The worker is about to read ``unit`` (a remaining-index of the rank's units)."""
         if self._files is not None:
-            self._files.remote.advance(self._epoch + int(unit) / self._remaining)
+            self._files.pool.advance(self._epoch + int(unit) / self._remaining)
 
     def finished(self) -> None:
         """The worker read its part of the epoch: its downloads are let finish."""
         if self._files is not None:
-            self._files.remote.finish()
+            self._files.pool.finish()

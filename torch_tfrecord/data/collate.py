@@ -10,7 +10,7 @@ from torch.utils.data import default_collate, get_worker_info
 
 from ..codec.ragged import Ragged
 from ..codec.selection import RowList
-from .packing import pack_tensors
+from .handoff import pack_tensors
 
 __all__ = ["collate"]
 
@@ -39,7 +39,7 @@ def collate(samples: Sequence[Any]) -> Any:
         [[1, 2], [3]]
     """
     batch = _collate(samples)
-    # In a DataLoader worker: the batch leaves as one block (see _packing), not one segment per tensor.
+    # In a DataLoader worker: the batch leaves as one block (see .handoff), not one segment per tensor.
     return pack_tensors(batch) if get_worker_info() is not None else batch
 
 

@@ -10,9 +10,10 @@ loader of any IterableDataset, written for datasets that do not split themselves
 
 Either would cut a dataset that already reads only its rank's share: half the records of two
 ranks lost, with no error. The dataset finds these wrappers among its callers (by class and
-module name: nothing here imports a framework) and adapts (see :mod:`.wrapped`); what it cannot
-serve exactly raises an error that names the fix. Versions of the frameworks other than those
-whose wrappers were read get a warning, as a wrapper of theirs might not be recognised.
+module name, in :mod:`.internals`: nothing imports a framework) and adapts (see
+:mod:`.wrapped`); what it cannot serve exactly raises an error that names the fix. Versions
+of the frameworks other than those whose wrappers were read get a warning, as a wrapper of
+theirs might not be recognised.
 """
 
 from __future__ import annotations
@@ -21,12 +22,11 @@ import dataclasses
 import importlib.metadata
 import sys
 import warnings
-from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
-__all__ = ["DISPATCHED_STATE", "DispatchFlag", "Wrapper", "calling_wrapper", "warn_unknown_versions"]
+__all__ = ["DISPATCHED_STATE", "KNOWN_MAJORS", "DispatchFlag", "Wrapper", "warn_unknown_versions"]
 
 KNOWN_MAJORS: dict[str, tuple[str, tuple[int, ...]]] = {
     # module: (distribution, major versions whose data loader wrappers were read)
@@ -93,53 +93,6 @@ class Wrapper:
                 "makes its own batches: use dispatch_batches=None (the default) or give the "
                 "dataset no batch_size and the DataLoader batch_size=B"
             )
-
-
-def calling_wrapper(depth: int = 8) -> Wrapper | None:
-    """The Accelerate wrapper among the ``depth`` frames above the caller, if any."""
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(depth):
-        if frame is None:
-            return None
-        found = wrapper_of(frame.f_locals.get("self"))
-        if found is not None:
-            return found
-        frame = frame.f_back
-    return None
-
-
-def wrapper_of(candidate: Any) -> Wrapper | None:
-    """``candidate`` as a :class:`Wrapper`, or None when it is not one."""
-    if candidate is None:
-        return None
-    cls = type(candidate)  # not .__class__: Accelerate's loaders claim to be DataLoaders there
-    if not cls.__module__.startswith("accelerate."):
-        return None
-    # getattr with defaults: a wrapper still being built (Accelerate asks its loader for a state
-    # before it sets its own attributes) has none of them yet, and is not iterating.
-    if cls.__name__ == "DataLoaderDispatcher":
-        state = getattr(candidate, "state", None)
-        if state is None:
-            return None
-        return Wrapper(
-            "dispatcher",
-            int(state.num_processes),
-            int(state.process_index),
-            split_batches=bool(getattr(candidate, "split_batches", False)),
-            stateful=bool(getattr(candidate, "use_stateful_dataloader", False)),
-        )
-    if cls.__name__ == "IterableDatasetShard":
-        num_processes = getattr(candidate, "num_processes", None)
-        if num_processes is None:
-            return None
-        return Wrapper(
-            "shard",
-            int(num_processes),
-            int(candidate.process_index),
-            run=int(candidate.batch_size or 1),
-            split_batches=bool(candidate.split_batches),
-        )
-    return None
 
 
 class DispatchFlag:

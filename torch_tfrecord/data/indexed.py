@@ -12,9 +12,8 @@ from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..support.seeds import mix_seed
 from .pipeline import SeededTransform, decoder_for
-from .remote_shards import CacheDir
 from .shard_index import IndexArg
-from .shards import RecordFiles, record_files
+from .shards import CacheDir, RecordFiles, record_files
 from .workers import end_with_parent
 from .world import SharedEpoch
 

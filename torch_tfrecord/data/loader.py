@@ -1,112 +1,62 @@
-"""The DataLoader that iterates a dataset, seen from the dataset: its fetcher, and a faster convert.
+"""``tt.loader``: a DataLoader built for one of our datasets, told its batch size the public way.
 
-A DataLoader calls ``iter(dataset)`` from the fetcher it creates (in the main process, or in each
-worker), and the fetcher holds whether it batches (``auto_collation``) and with which
-``collate_fn``: the dataset's ``__iter__`` looks at its caller for one. This reads torch's
-private fetcher class: when torch changes it, no fetcher is found, and the guards check nothing
-and the convert below is not used (results are the same either way).
-
-``DataLoader(dataset, batch_size=None)`` passes each batch through torch's ``default_convert``,
-which walks every list it meets item by item (about a microsecond per item): a column of 256
-``bytes`` values cost more than reading and decoding the batch. :func:`convert` returns what
-``default_convert`` returns, for any input, but copies a list of plain values (``bytes``,
-``str``, numbers, None; what ``default_convert`` leaves as they are) in one step.
+A dataset of samples learns the DataLoader's batch size (so that each worker reads whole loader
+batches and every rank gets as many) from torch's private fetcher (:mod:`.internals`); this
+builds the loader and gives the dataset ``loader_batch_size`` instead, so nothing depends on
+torch's internals. It also picks what each mode needs: ``batch_size=None`` for a dataset that
+makes its own batches, :func:`~torch_tfrecord.data.collate.collate` for one of samples.
 """
 
 from __future__ import annotations
 
-import copy
-import sys
-from collections.abc import Iterator, Sized
-from types import FrameType
 from typing import Any
 
-import torch
-from torch.utils.data._utils.collate import default_convert
+from torch.utils.data import DataLoader
 
-from ..codec.selection import RowList
-from .packing import InlineBatch
+from .collate import collate
+from .epoch import EpochDataset
 
-__all__ = ["calling_fetcher", "convert", "requested_batch_size", "use_fast_convert"]
-
-_LEAVES = frozenset({bytes, str, int, float, bool, type(None)})
-"""Exact types that ``default_convert`` returns unchanged (and that no list of them changes)."""
-_LISTS = frozenset({list, RowList})
-"""Exact list types that ``default_convert`` copies (``copy.copy``) and converts item by item."""
+__all__ = ["loader"]
 
 
-def calling_fetcher(depth: int = 5) -> Any:
-    """The DataLoader fetcher whose ``iter(dataset)`` called the caller, if any, within ``depth``
-    frames above it."""
-    for _, fetcher in _fetcher_frames(depth):
-        return fetcher
-    return None
+def loader(dataset: EpochDataset, batch_size: int | None = None, **options: Any) -> DataLoader[Any]:
+    """A ``torch.utils.data.DataLoader`` over ``dataset`` that keeps its promises without reading
+    torch's internals.
 
+    Args:
+        dataset: a :class:`~torch_tfrecord.TFRecordDataset`, :class:`~torch_tfrecord.MixedDataset` or
+            another dataset of ours.
+        batch_size: for a dataset of samples, the loader's batch size (given to the dataset as
+            ``loader_batch_size``); for a dataset that makes batches, None (the default).
+        **options: the rest of DataLoader's arguments (``num_workers``, ``persistent_workers``,
+            ``pin_memory`` ...); ``collate_fn`` defaults to :func:`tt.collate` for samples.
 
-def requested_batch_size(depth: int = 6) -> int | None:
-    """How many items the DataLoader fetcher takes from the caller (a generator, at its first step)
-    per batch: its batch size, or None when it does not batch or no fetcher is found.
+    Raises:
+        ValueError: a ``batch_size`` for a dataset that makes its own batches, none for one of
+            samples, or a ``loader_batch_size`` the dataset was given that differs.
 
-    A fetcher asks for one batch's indices at a time (``fetch(possibly_batched_index)``), and its
-    batches are always full until the data ends, so the first request gives the batch size.
+    Example:
+        >>> ds = tt.TFRecordDataset("train-*.tfrecord", spec={"label": "int"})  # doctest: +SKIP
+        >>> for batch in tt.loader(ds, batch_size=32, num_workers=4): ...  # doctest: +SKIP
     """
-    for frame, fetcher in _fetcher_frames(depth):
-        if frame.f_code.co_name == "fetch":
-            index = frame.f_locals.get("possibly_batched_index")
-            if not fetcher.auto_collation or not isinstance(index, Sized):
-                return None
-            return len(index) or None
-    return None
-
-
-def _fetcher_frames(depth: int) -> Iterator[tuple[FrameType, Any]]:
-    """The frames, among ``depth`` above the caller's caller, of a method of an iterable-dataset
-    fetcher, with the fetcher."""
-    try:
-        from torch.utils.data._utils.fetch import _IterableDatasetFetcher
-    except ImportError:
-        return
-    frame: FrameType | None = sys._getframe(2)
-    for _ in range(depth):
-        if frame is None:
-            return
-        candidate = frame.f_locals.get("self")
-        if isinstance(candidate, _IterableDatasetFetcher):
-            yield frame, candidate
-        frame = frame.f_back
-
-
-def convert(data: Any) -> Any:
-    """torch's ``default_convert(data)``: the same result, faster on lists of plain values.
-
-    A mapping is converted as ``default_convert`` converts it (a copy, updated key by key);
-    each value that is a tensor is kept, a list of plain values is copied at once, anything
-    else goes to ``default_convert``.
-    """
-    if isinstance(data, InlineBatch):  # packed to leave a worker: the main process gets new copies
-        return data
-    if not isinstance(data, dict):
-        return default_convert(data)  # type: ignore[no-untyped-call]
-    try:
-        clone = copy.copy(data)
-        clone.update({key: _value(data[key]) for key in data})
-        return clone
-    except TypeError:  # as default_convert does for a mapping that cannot be copied or updated
-        return {key: _value(data[key]) for key in data}
-
-
-def _value(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value
-    if type(value) in _LISTS and _LEAVES.issuperset(map(type, value)):
-        return type(value)(value)  # default_convert's copy of the list, item for item
-    return convert(value)
-
-
-def use_fast_convert(fetcher: Any) -> None:
-    """Makes ``fetcher`` convert with :func:`convert` where it would use ``default_convert``
-    (a DataLoader with ``batch_size=None`` and no ``collate_fn`` of the user's)."""
-    if fetcher is None or getattr(fetcher, "auto_collation", True):
-        return
-    if getattr(fetcher, "collate_fn", None) is default_convert:
-        fetcher.collate_fn = convert
+    if not isinstance(dataset, EpochDataset):
+        raise TypeError(f"tt.loader takes a dataset of torch_tfrecord, not a {type(dataset).__name__}")
+    if dataset.plan.batch_size is not None:
+        if batch_size is not None:
+            raise ValueError(
+                f"the dataset makes batches of {dataset.plan.batch_size} itself: call tt.loader(dataset) "
+                "without batch_size"
+            )
+        return DataLoader(dataset, batch_size=None, **options)
+    if batch_size is None:
+        raise ValueError(
+            "a dataset of samples needs the loader's batch_size: tt.loader(dataset, batch_size=B)"
+        )
+    if dataset.loader_batch_size not in (None, batch_size):
+        raise ValueError(
+            f"the dataset was given loader_batch_size={dataset.loader_batch_size}, "
+            f"the loader batch_size={batch_size}: give both the same"
+        )
+    dataset.loader_batch_size = batch_size
+    options.setdefault("collate_fn", collate)
+    return DataLoader(dataset, batch_size=batch_size, **options)

@@ -1,8 +1,8 @@
 """Weighted mixing of datasets: ``tt.mix({"web": web, "books": books}, weights={...})``.
 
-Wiring only: :mod:`_mixing` decides which source and item each place of an epoch takes,
+Wiring only: :mod:`.mix_schedule` decides which source and item each place of an epoch takes,
 :class:`~torch_tfrecord.data.order.EpochPlan` splits the places over ranks and workers, the sources
-read and decode their records, :mod:`_resume` keeps the place.
+read and decode their records, and :mod:`.epoch` drives the epochs as it does for every dataset.
 """
 
 from __future__ import annotations
@@ -13,26 +13,32 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
-from torch.utils.data import IterableDataset, get_worker_info
 
 from .dataset import TFRecordDataset
-from .loader import calling_fetcher, use_fast_convert
-from .mixing import Schedule, locate, quotas
-from .order import EpochPlan, WorkerSlice
-from .packing import pack_tensors
-from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
-from .workers import end_with_parent
-from .world import SharedEpoch, resolve_world
+from .epoch import DEFAULT_PREFETCH, EpochDataset
+from .frameworks import Wrapper
+from .mix_schedule import MixSchedule, locate, quotas
+from .order import EpochPlan
+from .resume import Resume, is_loader_state, map_dataset_states
+from .world import resolve_world
 
 __all__ = ["SOURCE_KEY", "MixedDataset", "mix"]
 
 SOURCE_KEY = "_source"
 FORMAT = "torch_tfrecord.MixedDataset/1"
-_SAMPLE_CHUNK = 64  # sample mode: places a worker reads at once
+Array = np.ndarray[Any, Any]
 
 
-class MixedDataset(IterableDataset[dict[str, Any]]):
+@dataclasses.dataclass
+class _Loaded:
+    """A mix's batch or sample as read, before the sources' transforms: its source(s) and pass(es)."""
+
+    item: Any
+    source: int = -1  # a sample's source
+    passes: dict[int, int] = dataclasses.field(default_factory=dict)  # a batch's: source -> pass
+
+
+class MixedDataset(EpochDataset):
     """Several datasets mixed in fixed proportions, split exactly over DDP ranks and DataLoader workers.
 
     Each epoch has ``samples_per_epoch`` places (default: all sources' records together), of
@@ -48,17 +54,19 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
     shuffle and seed; the mix has the batch size, ``drop_last`` and the ranks, as a
     :class:`TFRecordDataset` has them (every rank the same number of batches).
 
-    Samples carry ``"_source"``, the source's name. A batch (``batch_size``) is
-    ``{"_source": int64 tensor of source numbers (in :attr:`names`), one per place, name: that
-    source's sub-batch of its records in the batch (with ``"_record_id"`` and ``"_padding"``)}``
-    for each source present.
+    Samples carry ``"_source"``, the source's number in :attr:`names` (a number, not the name, so
+    that loaders and the training frameworks that concatenate batches take it as a tensor). A
+    batch (``batch_size``) is ``{"_source": int64 tensor of source numbers, one per place, name:
+    that source's sub-batch of its records in the batch (with ``"_record_id"`` and
+    ``"_padding"``)}`` for each source present.
 
     Args:
         sources: name -> :class:`TFRecordDataset` made without ``batch_size`` and
             ``samples_per_epoch`` (the mix has those).
         weights: name -> weight (any non-negative numbers); None weighs each source by its size.
         samples_per_epoch: places per epoch over all ranks.
-        batch_size, drop_last, rank, world_size: as for :class:`TFRecordDataset`.
+        batch_size, drop_last, rank, world_size, prefetch, loader_batch_size: as for
+            :class:`TFRecordDataset`.
     """
 
     def __init__(
@@ -71,6 +79,8 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
         drop_last: bool = True,
         rank: int | None = None,
         world_size: int | None = None,
+        prefetch: int = DEFAULT_PREFETCH,
+        loader_batch_size: int | None = None,
     ) -> None:
         if not sources:
             raise ValueError("a mix needs at least one source")
@@ -96,74 +106,80 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
             if count and not source.num_records:
                 raise ValueError(f"source {name!r} has no records but a weight of {weights[name]}")
         found_rank, found_size = resolve_world(rank, world_size)
-        self.plan = EpochPlan(
+        plan = EpochPlan(
             (total,), world_size=found_size, rank=found_rank, batch_size=batch_size, drop_last=drop_last,
             shuffle=False,
         )  # fmt: skip
-        self._schedule = Schedule(self.counts, (0,) * len(self.counts))
-        self._saved: Schedule | None = None  # the schedule of a loaded epoch, if another
-        self._epoch = SharedEpoch()
-        self._resume: Resume | None = None
-        self._live: Live | None = None
+        shuffled = any(source.plan.shuffle is not False for source in self.sources)
+        super().__init__(plan, prefetch=prefetch, shuffled=shuffled, loader_batch_size=loader_batch_size)
+        self._schedule = MixSchedule(self.counts, (0,) * len(self.counts))
+        self._saved: MixSchedule | None = None  # the schedule of a loaded epoch, if another
+        self._loading: tuple[tuple[int, ...], tuple[int, ...]] = ((), ())  # counts, offsets being loaded
 
-    @property
-    def epoch(self) -> int:
-        return self._epoch.get()
+    def _check_wrapper(self, wrapper: Wrapper | None) -> None:
+        super()._check_wrapper(wrapper)
+        batches = self.plan.batch_size is not None and self.plan.world_size > 1
+        if batches and wrapper is not None and wrapper.kind == "dispatcher":
+            raise ValueError(
+                "under Accelerate's DataLoaderDispatcher, a mix in batch mode cannot be dispatched: "
+                "its batches hold one sub-batch per source, which the dispatcher would cut across "
+                "ranks; give the mix no batch_size and the DataLoader batch_size=B with "
+                "collate_fn=tt.collate"
+            )
 
-    def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch (in the main process, before each epoch); reaches persistent workers."""
-        self._epoch.set(epoch)
-        if self._resume is not None and self._resume.epoch != epoch:
-            self._resume = None
+    def _schedule_of(self, epoch: int) -> MixSchedule:
+        resume = self._resume
+        if resume is not None and resume.epoch == epoch and self._saved is not None:
+            return self._saved
+        return self._schedule
 
-    def __len__(self) -> int:
-        """Batches (batch mode) or samples this rank gets per epoch (in the current one, if resumed)."""
-        return self._setup(self._epoch.get())[0].units_per_rank
+    def _base_plan(self, epoch: int) -> EpochPlan:
+        """The split of ``epoch``'s places."""
+        return dataclasses.replace(self.plan, shard_sizes=(self._schedule_of(epoch).epoch_size,))
 
-    def _setup(self, epoch: int) -> tuple[EpochPlan, Schedule]:
-        """The plan (over the epoch's places) and the schedule of ``epoch``."""
-        resume = self._resume if self._resume is not None and self._resume.epoch == epoch else None
-        schedule = self._saved if resume is not None and self._saved is not None else self._schedule
-        plan = dataclasses.replace(
-            self.plan, shard_sizes=(schedule.epoch_size,), rest=None if resume is None else resume.rest
-        )
-        return plan, schedule
+    def guard_spec(self) -> Mapping[str, Any] | None:
+        specs = [source.guard_spec() for source in self.sources]
+        if any(spec is None for spec in specs):
+            return None
+        return {key: feature for spec in specs for key, feature in (spec or {}).items()}
 
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        end_with_parent()
-        use_fast_convert(calling_fetcher())  # as TFRecordDataset (see _loader)
-        epoch = self._epoch.get()
-        info = get_worker_info()
-        plan, schedule = self._setup(epoch)
+    def load(self, ids: Array, padding: Array, epoch: int, batched: bool) -> list[_Loaded]:
+        """The places ``ids`` of ``epoch``, read by their sources, not transformed."""
+        schedule = self._schedule_of(epoch)
         offsets = np.asarray(schedule.offsets_at(epoch), dtype=np.int64)
-        chunk = 1 if plan.batch_size else _SAMPLE_CHUNK
-        workers = WorkerSlice(info.num_workers, info.id, chunk) if info else WorkerSlice(1, 0, chunk)
-        progress, skip = resume_point(self._resume, epoch, workers)
-        live = self._live = Live(epoch, progress, workers, skip)
-        unit = plan.unit
-        # Batch mode: 16 batches at once (numpy calls cost per call, and locating places per source
-        # is a binary search of some 30 steps).
-        for block in workers.items(
-            progress.remaining(plan.units_per_rank), skip, block=16 if plan.batch_size else chunk
-        ):
-            places, padding = plan.records(plan.unit_positions(progress.units(block)), epoch)
-            sources, ids, passes = self._resolve(places, schedule, offsets)
-            if plan.batch_size:
-                for first in range(0, len(places), unit):
-                    part = slice(first, first + unit)
-                    batch = self._batch(sources[part], ids[part], padding[part], passes[part])
-                    live.yielded += 1
-                    yield pack_tensors(batch) if info is not None else batch
-            else:
-                for sample in self._samples(sources, ids, padding, passes):
-                    live.yielded += 1
-                    yield sample
-        if info is None and self._resume is not None and self._resume.epoch == epoch:
-            self._resume = None
+        sources, records, passes = self._resolve(ids, schedule, offsets)
+        if batched:
+            batch: dict[str, Any] = {SOURCE_KEY: torch.from_numpy(sources)}
+            loaded = _Loaded(batch)
+            for source, where in self._parts(sources):
+                pass_ = int(passes[where[0]])
+                read = self.sources[source].load(records[where], padding[where], pass_, True)
+                batch[self.names[source]] = read[0]
+                loaded.passes[source] = pass_
+            return [loaded]
+        samples: list[_Loaded] = [_Loaded(None)] * len(sources)
+        for source, where in self._parts(sources):
+            pass_ = int(passes[where[0]])
+            read = self.sources[source].load(records[where], padding[where], pass_, False)
+            for place, sample in zip(where.tolist(), read, strict=True):
+                samples[place] = _Loaded(sample, source, {source: pass_})
+        return samples
+
+    def finish(self, loaded: _Loaded, epoch: int) -> dict[str, Any]:
+        """The sources' transforms (each seeded with its pass as the epoch), and the source's number."""
+        if loaded.source < 0:
+            batch = loaded.item
+            for source, pass_ in loaded.passes.items():
+                name = self.names[source]
+                batch[name] = self.sources[source].finish(batch[name], pass_)
+            return batch  # type: ignore[no-any-return]
+        sample = self.sources[loaded.source].finish(loaded.item, loaded.passes[loaded.source])
+        sample[SOURCE_KEY] = loaded.source
+        return sample  # type: ignore[no-any-return]
 
     def _resolve(
-        self, places: np.ndarray[Any, Any], schedule: Schedule, offsets: np.ndarray[Any, Any]
-    ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        self, places: Array, schedule: MixSchedule, offsets: Array
+    ) -> tuple[Array, Array, Array]:
         """Each place's source, the record id it reads there, and that source's pass."""
         sources, items = locate(places, schedule.counts)
         stream = offsets[sources] + items
@@ -175,34 +191,10 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
             passes[where] = stream[where] // dataset.num_records
         return sources, ids, passes
 
-    def _parts(self, sources: np.ndarray[Any, Any]) -> Iterator[tuple[int, np.ndarray[Any, Any]]]:
+    def _parts(self, sources: Array) -> Iterator[tuple[int, Array]]:
         """Each source present and the indices of its places."""
         for source in np.unique(sources).tolist():
             yield source, np.flatnonzero(sources == source)
-
-    def _batch(
-        self, sources: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any],
-        passes: np.ndarray[Any, Any],
-    ) -> dict[str, Any]:  # fmt: skip
-        batch: dict[str, Any] = {SOURCE_KEY: torch.from_numpy(sources)}
-        for source, where in self._parts(sources):
-            batch[self.names[source]] = self.sources[source].read_batch(
-                ids[where], padding[where], int(passes[where[0]])
-            )
-        return batch
-
-    def _samples(
-        self, sources: np.ndarray[Any, Any], ids: np.ndarray[Any, Any], padding: np.ndarray[Any, Any],
-        passes: np.ndarray[Any, Any],
-    ) -> Iterator[dict[str, Any]]:  # fmt: skip
-        samples: list[dict[str, Any]] = [{}] * len(sources)
-        for source, where in self._parts(sources):
-            name = self.names[source]
-            read = self.sources[source].read_samples(ids[where], padding[where], int(passes[where[0]]))
-            for place, sample in zip(where.tolist(), read, strict=True):
-                sample[SOURCE_KEY] = name
-                samples[place] = sample
-        yield from samples
 
     def _source_identity(self) -> dict[str, Any]:
         return {
@@ -214,6 +206,10 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
             }
             for name, source in zip(self.names, self.sources, strict=True)
         }
+
+    def _identity(self, plan: EpochPlan) -> dict[str, Any]:
+        """The split's identity: the places of an epoch (the sources are checked apart)."""
+        return self._split_identity(plan)
 
     @staticmethod
     def _split_identity(plan: EpochPlan) -> dict[str, Any]:
@@ -236,18 +232,10 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
         weights or ``samples_per_epoch`` (the saved epoch ends as it was planned; the new
         proportions start with the next epoch, each source going on where it stopped).
         """
-        epoch = self._epoch.get()
-        in_worker = get_worker_info() is not None
-        plan, schedule = self._setup(epoch)
-        split = rank_state(
-            plan, self._split_identity(plan), epoch, self._live, self._resume, consumed, in_worker
-        )
-        if gather:
-            if in_worker or not (dist.is_available() and dist.is_initialized()):
-                raise ValueError("gather=True needs an initialized process group, in the main process")
-            states: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(states, split)
-            split = combine_states(states, plan)
+        return super().state_dict(consumed, gather=gather)
+
+    def _wrap_state(self, split: dict[str, Any], epoch: int) -> dict[str, Any]:
+        schedule = self._schedule_of(epoch)
         return {
             "format": FORMAT,
             "sources": self._source_identity(),
@@ -256,19 +244,26 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
             "split": split,
         }
 
-    def load_state_dict(self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> None:
-        """Resumes from :meth:`state_dict`, or from the states of all ranks (a list) on another world size.
+    def _unwrap_state(
+        self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]
+    ) -> tuple[Any, EpochPlan, dict[str, Any]]:
+        """The split's state(s) inside the mix's (or a loader's of the mix), its sources checked."""
+        mixes: list[Mapping[str, Any]] = []
 
-        Raises:
-            ValueError: the state is not a mix's, or its sources differ from this mix's.
-        """
+        def split_of(one: Any) -> Any:
+            if not isinstance(one, Mapping) or one.get("format") != FORMAT:
+                raise ValueError(f"not a MixedDataset state (expected format {FORMAT!r})")
+            mixes.append(one)
+            return one["split"]
+
         states = [state] if isinstance(state, Mapping) else list(state)
         if not states:
             raise ValueError("no states to load")
+        splits = [
+            map_dataset_states(one, split_of) if is_loader_state(one) else split_of(one) for one in states
+        ]
         identity = self._source_identity()
-        for one in states:
-            if not isinstance(one, Mapping) or one.get("format") != FORMAT:
-                raise ValueError(f"not a MixedDataset state (expected format {FORMAT!r})")
+        for one in mixes:
             if one.get("sources") != identity:
                 saved = one.get("sources") or {}
                 differing = sorted(n for n in {*saved, *identity} if saved.get(n) != identity.get(n))
@@ -276,25 +271,25 @@ class MixedDataset(IterableDataset[dict[str, Any]]):
                     f"cannot resume: the state's sources differ from this mix's in {differing} "
                     "(names, files, record counts, seed or shuffle)"
                 )
-            if (one["counts"], one["offsets"]) != (states[0]["counts"], states[0]["offsets"]):
+            if (one["counts"], one["offsets"]) != (mixes[0]["counts"], mixes[0]["offsets"]):
                 raise ValueError("the ranks' states are from different epochs or schedules")
-        counts = tuple(int(c) for c in states[0]["counts"])
-        offsets = tuple(int(o) for o in states[0]["offsets"])
+        if not mixes:
+            raise ValueError("the loader state holds no dataset state")
+        counts = tuple(int(c) for c in mixes[0]["counts"])
+        self._loading = (counts, tuple(int(o) for o in mixes[0]["offsets"]))
         plan = dataclasses.replace(self.plan, shard_sizes=(sum(counts),), rest=None)
-        split: Any = states[0]["split"] if isinstance(state, Mapping) else [one["split"] for one in states]
-        in_worker = get_worker_info() is not None
-        resume = load_state(split, plan, self._split_identity(plan), in_worker)
+        return splits[0] if isinstance(state, Mapping) else splits, plan, self._split_identity(plan)
+
+    def _resumed(self, resume: Resume) -> None:
+        """The saved epoch as it was planned, then the new proportions from where it ends."""
+        counts, offsets = self._loading
         epoch = resume.epoch
         if counts == self.counts and offsets == tuple(epoch * c for c in counts):
-            self._schedule, self._saved = Schedule(self.counts, (0,) * len(counts)), None
-        else:  # the saved epoch as it was planned, then the new proportions from where it ends
-            self._saved = Schedule(counts, offsets, epoch)
+            self._schedule, self._saved = MixSchedule(self.counts, (0,) * len(counts)), None
+        else:
+            self._saved = MixSchedule(counts, offsets, epoch)
             ends = tuple(o + c for o, c in zip(offsets, counts, strict=True))
-            self._schedule = Schedule(self.counts, ends, epoch + 1)
-        if not in_worker:
-            self._epoch.set(epoch)
-        self._resume = resume
-        self._live = None
+            self._schedule = MixSchedule(self.counts, ends, epoch + 1)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}: {c}" for n, c in zip(self.names, self.counts, strict=True))

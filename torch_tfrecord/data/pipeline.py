@@ -26,6 +26,7 @@ from ..codec.spec import FeatureSpec, Image, normalize_spec
 from ..codec.spec_file import read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
+from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
 from .shards import RecordFiles
 
@@ -144,10 +145,10 @@ class BatchDecoder:
         # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
         scratch, self._scratch = self._scratch or bytearray(), None
         try:
-            framed = self.files.read_framed(ids, scratch)
-            if framed is None:
-                return None
-            buffer, starts, sizes = framed
+            try:
+                buffer, starts, sizes = self.files.read_framed(ids, scratch)
+            except BatchReadFailed:
+                return None  # the per-record read names the record and why
             scratch = buffer
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps

@@ -22,6 +22,7 @@ __all__ = [
     "encode_state",
     "is_loader_state",
     "load_state",
+    "map_dataset_states",
     "merge_loader_state",
     "rank_state",
     "resume_point",
@@ -135,6 +136,27 @@ def decode_state(state: Mapping[str, Any], identity: Mapping[str, Any], epoch_si
 def is_loader_state(state: Mapping[str, Any]) -> bool:
     """Whether ``state`` is a torchdata StatefulDataLoader's ``state_dict()`` (not the dataset's)."""
     return "dataset_state" in state or "_snapshot" in state
+
+
+def map_dataset_states(state: Mapping[str, Any], change: Callable[[Any], Any]) -> dict[str, Any]:
+    """A torchdata StatefulDataLoader ``state_dict()`` with each dataset state in it replaced by
+    ``change(dataset_state)`` (None kept): for a dataset whose state wraps another's."""
+    result = dict(state)
+    if "dataset_state" in state:
+        inner = state["dataset_state"]
+        result["dataset_state"] = None if inner is None else change(inner)
+        return result
+    try:
+        snapshot = dict(state["_snapshot"])
+        workers = {}
+        for name, worker in snapshot["_worker_snapshots"].items():
+            inner = worker.get("dataset_state")
+            workers[name] = {**worker, "dataset_state": None if inner is None else change(inner)}
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"malformed StatefulDataLoader state: no {error} in it") from None
+    snapshot["_worker_snapshots"] = workers
+    result["_snapshot"] = snapshot
+    return result
 
 
 def merge_loader_state(

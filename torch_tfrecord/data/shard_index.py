@@ -142,8 +142,8 @@ def load_shard_index(
     cache: ShardCache | None = None,
 ) -> ShardIndex:
     """Reads an index file of either kind (told apart by the compressed index's magic) and
-    checks it against its data file (``allow_damaged_gaps``: see :func:`~.index.check_index`);
-    a remote one through ``cache`` when given.
+    checks it against its data file (``allow_damaged_gaps``: see
+    :func:`~torch_tfrecord.records.index.check_index`); a remote one through ``cache`` when given.
 
     Raises:
         IndexFormatError: the index file is damaged or in neither format.

@@ -1,8 +1,10 @@
-"""The records of a dataset: its shard files, their indexes, and reading records by global id.
+"""The records of a dataset: its shards, their indexes, and reading records by global id.
 
-Record ids count through the shards in sorted path order (shard 0's records first). Files are
-opened lazily in whichever process reads and never pickled, so one object can be handed to
-DataLoader workers (fork or spawn) or to a pool.
+Record ids count through the shards in sorted path order (shard 0's records first). What each
+shard is (local, remote, cached, compressed) is decided once, as its
+:class:`~torch_tfrecord.records.sources.ShardSpec`, when the object is made; each process reads
+through its own :class:`~torch_tfrecord.data.shard_pool.ShardPool` of open sources, so one object can
+be handed to DataLoader workers (fork or spawn) or to a pool.
 """
 
 from __future__ import annotations
@@ -11,62 +13,72 @@ import hashlib
 import itertools
 import logging
 import os
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from ..errors import TFRecordError
-from ..records.compressed.index import (
-    CompressedIndex,
-)
-from ..records.compressed.shard import CompressedShard
-from ..records.entries import read_entries_at, read_ranges_into
-from ..records.io import (
-    PathLike,
-    StorageOptions,
-    expand_sources,
-    file_size,
-    is_url,
-)
+from ..records.compressed.index import CompressedIndex
+from ..records.compressed.inflate import SEGMENT
+from ..records.entries import read_entries_at
+from ..records.io import PathLike, StorageOptions, expand_sources, is_url
 from ..records.reader import OnError
-from ..records.remote import RemoteFile, for_each_path
+from ..records.remote import for_each_path
 from ..records.remote.cache import ShardCache
-from ..records.remote.cached import CachedFile
-from .compressed_shards import Inflaters
+from ..records.sources import BatchReadFailed, ShardSpec, Storage, shard_specs
 from .guards import check_sources
-from .local_files import LocalFiles, grown
-from .remote_shards import CacheDir, RemoteShards, make_cache
 from .shard_index import IndexArg, ShardIndex, resolve_index
+from .shard_pool import CAPS, ShardPool
 
-__all__ = ["RecordFiles", "record_files"]
+__all__ = ["CacheDir", "RecordFiles", "grown", "make_cache", "record_files"]
 
 logger = logging.getLogger(__name__)
 
-_MAX_OPEN_FILES = 64
+CacheDir = str | os.PathLike[str] | None | Literal[False]
+"""Where remote shards are cached: a directory (shared by every process that names it, kept),
+None (a temporary directory, removed when the process that made it exits), or False (no cache)."""
+
+# Local records of a batch at most this far apart in a file are read with one pread, the bytes
+# between them included: a syscall costs about as much as copying this many bytes (bench_dataset).
+_COALESCE_GAP = 4096
 
 T = TypeVar("T")
+
+
+def make_cache(paths: Sequence[str], cache_dir: CacheDir, cache_limit: int | str | None) -> ShardCache | None:
+    """The cache of ``paths``' remote files: None when none is remote or ``cache_dir`` is False."""
+    if cache_dir is False or not any(is_url(path) for path in paths):
+        return None
+    return ShardCache(cache_dir, cache_limit)
+
+
+def grown(buffer: bytearray, size: int) -> bytearray:
+    """``buffer`` grown to at least ``size`` bytes, or a new one if something holds a view of it."""
+    if len(buffer) < size:
+        try:
+            buffer.extend(bytes(size - len(buffer)))
+        except BufferError:  # something still holds a view of it: leave it be
+            return bytearray(size)
+    return buffer
 
 
 class RecordFiles:
     """Shard files and their indexes, read by global record id.
 
-    Local files are read with positional reads on descriptors; URLs through a
-    :class:`~torch_tfrecord.records.remote.RemoteFile` each (ranged requests, merged and retried);
-    GZIP / ZLIB files through a :class:`~torch_tfrecord.records.compressed.shard.CompressedShard`
-    each (their offsets count in the uncompressed stream). With a ``cache``, a remote shard is
-    fetched whole into it (once per node) and read as a local file once its copy is complete.
+    Each shard's :class:`~torch_tfrecord.records.sources.ShardSpec` says what it is; each process
+    reads through its own pool of open sources (:attr:`pool`): local files with positional reads
+    and mappings (a batch of them in one native call), URLs by ranged requests (merged, retried)
+    or through the node's cache (fetched whole once per node, then read as local files), GZIP /
+    ZLIB files through their seek points (their offsets count in the uncompressed stream).
 
     Args:
         paths: the data files (paths or URLs), in record-id order.
         tables: each file's ``(offset, framed_size)`` index table, or compressed index.
         storage_options: for the fsspec file system of URLs.
         cache: the node's cache of remote shards, or None.
-
-    Attributes:
-        cache_bytes: inflated bytes each compressed shard keeps (a block shuffle's window).
+        specs: the shards' specs, when known (else looked up now: one request per remote shard).
     """
 
     def __init__(
@@ -75,38 +87,32 @@ class RecordFiles:
         tables: Sequence[ShardIndex],
         storage_options: StorageOptions = None,
         cache: ShardCache | None = None,
+        *,
+        specs: Sequence[ShardSpec] | None = None,
     ) -> None:
         if len(paths) != len(tables):
             raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
         self.paths = list(paths)
         self.storage_options = dict(storage_options or {})
-        self.compressed = {i: table for i, table in enumerate(tables) if isinstance(table, CompressedIndex)}
+        self.cache = cache
+        compressed = [table if isinstance(table, CompressedIndex) else None for table in tables]
         self.tables = [
             np.ascontiguousarray(
                 table.table if isinstance(table, CompressedIndex) else table, dtype=np.int64
             ).reshape(-1, 2)
             for table in tables
         ]
-        self.cache = cache
-        # (a compressed file's size is looked up only to cache it: its index has what reading needs)
-        self.remote = RemoteShards(self.paths, self.storage_options, cache, set(self.compressed))
-        # The size of each record stream: a compressed file's uncompressed size.
-        self.sizes = [
-            self.compressed[i].uncompressed_size
-            if i in self.compressed
-            else self.remote.sizes[i]
-            if is_url(path)
-            else file_size(path)
-            for i, path in enumerate(self.paths)
-        ]
-        self._inflaters = Inflaters(self.paths, self.compressed, self.storage_options, self.remote)
-        self._remote_lock = threading.Lock()  # shards of one batch are opened from several threads
-        # Whether each shard is read remotely here (a remote one is not once its cached copy is).
-        self._remote_paths = [is_url(path) for path in self.paths]
+        if specs is None:
+            specs = shard_specs(self.paths, compressed, storage_options, cache)
+        self.specs = list(specs)
+        self.pool = ShardPool(self.specs, Storage(self.storage_options, cache))
+        self.sizes = [spec.size for spec in self.specs]  # each record stream's size
         self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
-        self._local = LocalFiles(self.paths, _MAX_OPEN_FILES)
         self._size_table = np.array(self.sizes, dtype=np.int64)  # as the native batch read takes them
+        # The native batch read applies where every shard may be a local file (remote ones once
+        # their cached copies are complete); compressed ones are inflated, remote ones fetched.
+        self._gathers = all(spec.kind != "remote" and not spec.inflating for spec in self.specs)
 
     @classmethod
     def from_sources(
@@ -120,7 +126,7 @@ class RecordFiles:
     ) -> RecordFiles:
         """Expands paths / globs / directories / URLs (sorted) and resolves every file's index
         (``on_error``: see :func:`resolve_index`); remote files are cached in ``cache_dir``
-        (see :data:`~torch_tfrecord.data.remote_shards.CacheDir`), at most ``cache_limit`` bytes.
+        (see :data:`CacheDir`), at most ``cache_limit`` bytes.
 
         Raises:
             ValueError: ``sources`` is an empty list.
@@ -137,13 +143,13 @@ class RecordFiles:
         """The records ``[start, stop)`` of shard ``shard`` for each ``(shard, start, stop)``, as files.
 
         The result reads only those records, in the order given (a shard may appear more than
-        once); its record ids count through the ranges. Nothing is read or scanned again.
+        once); its record ids count through the ranges. Nothing is read, looked up or scanned again.
 
         Raises:
             IndexError: a shard number out of range.
             ValueError: a range that is not within its shard's records, or a compressed shard.
         """
-        paths, tables = [], []
+        paths, tables, specs = [], [], []
         for shard, start, stop in ranges:
             if not 0 <= shard < len(self.paths):
                 raise IndexError(f"shard {shard} out of range for {len(self.paths)} files")
@@ -152,19 +158,21 @@ class RecordFiles:
                     f"records [{start}, {stop}) are not within the {int(self.counts[shard])} records of "
                     f"{self.paths[shard]!r}"
                 )
-            if shard in self.compressed:
+            spec = self.specs[shard]
+            if spec.compressed is not None:
                 raise ValueError(
-                    f"{self.paths[shard]!r} is {self.compressed[shard].compression.upper()}-compressed: "
+                    f"{self.paths[shard]!r} is {spec.compressed.compression.upper()}-compressed: "
                     "a selection of its records is not supported (select from uncompressed shards)"
                 )
             paths.append(self.paths[shard])
             tables.append(self.tables[shard][start:stop])
-        return RecordFiles(paths, tables, self.storage_options, self.cache)
+            specs.append(spec)
+        return RecordFiles(paths, tables, self.storage_options, self.cache, specs=specs)
 
     @property
     def remote_requests(self) -> int:
         """Ranged requests this process has made to remote files (none for local ones)."""
-        return self.remote.requests.value
+        return self.pool.requests
 
     @property
     def num_records(self) -> int:
@@ -215,7 +223,9 @@ class RecordFiles:
         bounds = np.flatnonzero(np.diff(shards)) + 1
         groups = np.split(np.arange(len(ids)), bounds)
         read = self._each_shard(
-            lambda group: self._read_shard(int(shards[group[0]]), local[group], verify_crc, on_error), groups
+            lambda group: self._read_shard(int(shards[group[0]]), local[group], verify_crc, on_error),
+            groups,
+            [int(shards[group[0]]) for group in groups],
         )
         for group, payloads in zip(groups, read, strict=True):
             for place, payload in zip(by_id[group].tolist(), payloads, strict=True):
@@ -224,7 +234,7 @@ class RecordFiles:
 
     def read_framed(
         self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
-    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The framed records (header, payload, CRCs) of the given ids, read into one buffer.
 
         For the native decoder: one buffer per batch, one positional read per run of records
@@ -237,27 +247,23 @@ class RecordFiles:
 
         Returns:
             ``(buffer, starts, framed_sizes)``, record ``i`` of ``record_ids`` at
-            ``buffer[starts[i]:starts[i] + framed_sizes[i]]``; None when a file is shorter
-            than its index says or a read fails (:meth:`read` then reports which record and why).
-        """
-        from ..records.gather import gather, read_into
+            ``buffer[starts[i]:starts[i] + framed_sizes[i]]``.
 
+        Raises:
+            BatchReadFailed: a file is shorter than its index says, or a read failed (:meth:`read`
+                then names the record and why).
+            IndexError: an id out of range.
+        """
         ids = np.asarray(record_ids, dtype=np.int64)
         if not len(ids):
             return bytearray(), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if not self.compressed and not any(self._remote_paths):  # every shard a local plain file
-            framed = self._local.gather(
-                gather,
-                ids,
-                self.starts,
-                self.tables,
-                self._size_table,
-                scratch,
-                self._open_local,
-                self.locate,
-            )
-            if framed is not False:
-                return framed
+        if self._gathers:
+            from ..support.extension import compiled
+
+            if compiled is not None:
+                framed = self._gather(ids, scratch)
+                if framed is not None:
+                    return framed
         by_id = np.argsort(ids, kind="stable")  # global id order is file order
         shards, local = self.locate(ids[by_id])
         entries = np.empty((len(ids), 2), dtype=np.int64)
@@ -268,140 +274,112 @@ class RecordFiles:
         np.cumsum(entries[:-1, 1], out=positions[1:])
         total = int(entries[:, 1].sum())
         buffer = bytearray(total) if scratch is None else grown(scratch, total)
-        remote_reads = []
+        runs = []
         for first, stop in itertools.pairwise(bounds):
             shard = int(shards[first])
             offsets = np.ascontiguousarray(entries[first:stop, 0])
             sizes = np.ascontiguousarray(entries[first:stop, 1])
             if int((offsets + sizes).max()) > self.sizes[shard]:
-                return None
-            source = self._source(shard)
-            if not isinstance(source, int):
-                remote_reads.append((source, offsets, sizes, buffer, int(positions[first])))
-                continue
-            try:
-                complete = read_into(source, offsets, sizes, buffer, int(positions[first]))
-            except OSError:  # the per-record read meets it again and raises it
-                return None
-            if complete != stop - first:
-                return None
+                raise BatchReadFailed(f"{self.paths[shard]!r} is shorter than its index says")
+            runs.append((shard, offsets, sizes, int(positions[first])))
 
-        def copy(read: tuple[Any, ...]) -> bool:
-            return read_ranges_into(*read)
+        def copy(run: tuple[int, Any, Any, int]) -> None:
+            shard, offsets, sizes, at = run
+            self.pool.source(shard).read_into(offsets, sizes, buffer, at)
 
-        if remote_reads and not all(self._each_shard(copy, remote_reads)):
-            return None
+        self._each_shard(copy, runs, [run[0] for run in runs])
         starts = np.empty_like(positions)
         framed_sizes = np.empty_like(positions)
         starts[by_id] = positions
         framed_sizes[by_id] = entries[:, 1]
         return buffer, starts, framed_sizes
 
-    def _each_shard(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
-        """``read`` of each group of records of one shard. Remote shards are read at the same
-        time (their requests overlap instead of adding up); local ones here, one after another
-        (and so do mixed ones: a descriptor may be closed for another only in this thread)."""
-        if len(groups) < 2 or not all(self._remote_paths):
+    def _gather(
+        self, ids: npt.NDArray[np.int64], scratch: bytearray | None
+    ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The batch read of local files in one native call; None where a shard of the batch is
+        not a local file now (a remote one's copy not complete), or the batch's shards do not all
+        stay open at once: the loop per shard then reads it."""
+        from ..records.gather import Gathered, gather
+
+        pool = self.pool
+        buffer = bytearray() if scratch is None else scratch
+        starts = np.empty(len(ids), dtype=np.int64)
+        sizes = np.empty(len(ids), dtype=np.int64)
+        for _ in range(CAPS["local"] + 1):
+            status, value = gather(
+                ids, self.starts, self.tables, pool.fds, self._size_table, pool.maps, buffer, starts, sizes,
+                _COALESCE_GAP,
+            )  # fmt: skip
+            if status == Gathered.DONE:
+                return buffer, starts, sizes
+            if status == Gathered.OPEN:  # opening it may let go of the least recently used one
+                if not pool.open_local(value):
+                    return None
+            elif status == Gathered.GROW:
+                buffer = grown(buffer, value)
+            elif status == Gathered.BAD_ID:
+                self.locate(ids)  # raises the IndexError
+            else:
+                raise BatchReadFailed("a record past its file's end, or a read that failed")
+        return None
+
+    def _each_shard(
+        self, read: Callable[[Any], T], groups: Sequence[Any], shards: Sequence[int]
+    ) -> list[T]:
+        """``read`` of each group of records of one shard. Remote shards are read at the same time
+        (their requests overlap instead of adding up); if any is local or compressed, one after
+        another here (a source may be let go for another only in this thread)."""
+        specs = self.pool.specs
+        if len(groups) < 2 or any(specs[s].kind == "local" or specs[s].inflating for s in shards):
             return [read(group) for group in groups]
-        return self.remote.each(read, groups)
-
-    def _source(self, shard: int) -> int | RemoteFile | CachedFile | CompressedShard:
-        """How shard ``shard`` is read in this process: a descriptor (of a local file or of a
-        remote one's cached copy), a remote or a compressed file."""
-        if shard in self.compressed:
-            return self._inflaters.get(shard)
-        if not self._remote_paths[shard]:
-            try:
-                return self._local.fd(shard)
-            except FileNotFoundError:  # a cached copy, evicted before this process opened it
-                if not is_url(self.paths[shard]):
-                    raise
-                self._read_remotely(shard)
-        copy = self.remote.copy(shard)
-        if copy is None:
-            return self.remote.source(shard)
-        with self._remote_lock:  # read as a local file from now on
-            self._local.paths[shard] = copy
-            self._remote_paths[shard] = False
-        return self._source(shard)
-
-    def _open_local(self, shard: int) -> bool:
-        """Opens shard ``shard`` as a local file; False when it is read remotely (its copy gone)."""
-        return isinstance(self._source(shard), int)
-
-    def _read_remotely(self, shard: int) -> None:
-        with self._remote_lock:
-            self._local.forget(shard)
-            self._local.paths[shard] = self.paths[shard]
-            self._remote_paths[shard] = True
+        return self.pool.each(read, groups)
 
     def hold_window(self, records: int) -> None:
         """Lets each compressed shard keep about ``records`` records inflated (a block
         shuffle's window), so the window is inflated once however its records are asked for."""
-        self._inflaters.hold_window(records)
+        compressed = [spec.compressed for spec in self.specs if spec.compressed is not None]
+        if compressed:
+            largest_mean = max(index.uncompressed_size / max(1, len(index.table)) for index in compressed)
+            self.pool.hold_window(int(records * largest_mean) + 2 * SEGMENT)
 
     @property
     def cache_bytes(self) -> int:
-        return self._inflaters.cache_bytes
+        """Inflated bytes each compressed shard keeps (a block shuffle's window)."""
+        return self.pool.window
 
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
     ) -> list[bytes | None]:
         path, size, table = self.paths[shard], self.sizes[shard], self.tables[shard]
-        refetched = False
+        recovery = self.pool.source(shard).recovery()
         while True:
-            fd = self._source(shard)
+            source = self.pool.source(shard)
             try:
-                return list(read_entries_at(fd, path, size, table[numbers], numbers, verify_crc=verify_crc))
+                read = read_entries_at(source, path, size, table[numbers], numbers, verify_crc=verify_crc)
+                return list(read)
             except TFRecordError as error:
-                copy = self._cached_copy_read(shard)
-                if copy is not None and refetched:
-                    error.args = (f"{error} (read from {copy!r}, its cached copy, fetched again once)",)
-                cached = self.cache is not None and is_url(path) and shard not in self.compressed
-                if not cached or refetched:
-                    if on_error == "raise":
-                        raise
-                    break
-                if copy is None and self.remote.fetch(shard) is not None:
-                    continue  # read before its copy was complete: now from the copy
-                logger.warning("%s: in the cached copy %r; fetching it again", error, copy)
-                self._refetch(shard)
-                refetched = True
+                if recovery.again(error):
+                    self.pool.forget_local(shard)  # a copy fetched again: not the one mapped
+                    continue
+                if on_error == "raise":
+                    raise
+                break
         payloads: list[bytes | None] = []
         for number in numbers.tolist():  # find the damaged ones, keep the rest
             one = np.array([number], dtype=np.int64)
             try:
-                payloads.extend(read_entries_at(fd, path, size, table[one], one, verify_crc=verify_crc))
+                payloads.extend(
+                    read_entries_at(source, path, size, table[one], one, verify_crc=verify_crc)
+                )
             except TFRecordError as error:
                 logger.warning("skipping record: %s", error)
                 payloads.append(None)
         return payloads
 
-    def _cached_copy_read(self, shard: int) -> str | None:
-        """The cached copy that shard ``shard`` is read from here, if it is."""
-        if shard in self.compressed or self._remote_paths[shard] or not is_url(self.paths[shard]):
-            return None
-        return self._local.paths[shard]
-
-    def _refetch(self, shard: int) -> None:
-        self._read_remotely(shard)
-        self.remote.discard(shard)
-        self.remote.fetch(shard)
-
     def close(self) -> None:
         """Closes the files this process opened (they reopen on the next read)."""
-        self._local.close()
-        self.remote.close()
-        self._inflaters.close()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state["_remote_lock"] = None
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._remote_lock = threading.Lock()
+        self.pool.close()
 
     def __del__(self) -> None:
         try:

@@ -141,8 +141,8 @@ done:
  * (an object with the buffer protocol) or None). Locates every record, reads them in id order
  * (which is file order) into `out` back to back, without the GIL, and writes record i's place
  * in `out` and framed size to starts_out[i] and sizes_out[i]. Status (_gather.h): GATHER_DONE
- * (value: the bytes used), GATHER_OPEN_SHARD (shard `value` must be opened first), GATHER_GROW
- * (`out` must hold `value` bytes), GATHER_UNREADABLE (a record lies past its file's size, or its
+ * (value: the bytes used), GATHER_OPEN (shard `value` must be opened first), GATHER_GROW
+ * (`out` must hold `value` bytes), GATHER_FAILED (a record lies past its file's size, or its
  * mapping's, or a read fails or comes short: the caller's per-record path says which and why),
  * GATHER_BAD_ID (an id out of range).
  * A run of records is read with one pread (records at most `gap` bytes apart, the bytes between
@@ -151,7 +151,7 @@ done:
  * shuffled batch: its records lie apart), each record of a mapped file is copied from the
  * mapping instead, its runs shorter than MAPPED_RUN at least: a copy costs far less than a
  * syscall per record, or than reading the bytes between records. A file cut shorter while
- * mapped raises SIGBUS on the copy: a handler turns it into GATHER_UNREADABLE (see bus_guard). */
+ * mapped raises SIGBUS on the copy: a handler turns it into GATHER_FAILED (see bus_guard). */
 typedef struct {
     int64_t offset, size, shard, place;
     const char *map; /* the file's mapping, or NULL */
@@ -161,7 +161,7 @@ typedef struct {
 #define MAPPED_MIN_RUNS 8
 
 /* SIGBUS while copying from a mapping (the file was truncated, or an I/O error behind the
- * page): the copying thread jumps back to gather, which answers GATHER_UNREADABLE. The handler is
+ * page): the copying thread jumps back to gather, which answers GATHER_FAILED. The handler is
  * installed (with the GIL held) when gather is about to copy from a mapping, and again whenever
  * another took its place (faulthandler.enable, signal.signal). Any other fault goes to the
  * handler installed before: restored, it meets the fault again as the faulting access repeats.
@@ -396,7 +396,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
             }
             shard = lo;
             if (fd[shard] < 0) {
-                status = GATHER_OPEN_SHARD;
+                status = GATHER_OPEN;
                 value = shard;
                 goto answer;
             }
@@ -423,7 +423,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
         }
         const int64_t *entry = (const int64_t *)table.buf + 2 * (record - bound[shard]);
         if (entry[0] < 0 || entry[1] < 0 || entry[1] > limit || entry[0] > limit - entry[1]) {
-            status = GATHER_UNREADABLE;
+            status = GATHER_FAILED;
             goto answer;
         }
         regions[k].offset = entry[0];
@@ -470,7 +470,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap, dest);
     Py_END_ALLOW_THREADS
-    status = failed ? GATHER_UNREADABLE : GATHER_DONE;
+    status = failed ? GATHER_FAILED : GATHER_DONE;
     value = failed ? 0 : total;
 answer:
     result = Py_BuildValue("(iL)", status, (long long)value);
@@ -493,9 +493,9 @@ static PyMethodDef gather_methods[] = {
 
 static const NativeConstant gather_constants[] = {
     {"GATHER_DONE", GATHER_DONE},
-    {"GATHER_OPEN_SHARD", GATHER_OPEN_SHARD},
+    {"GATHER_OPEN", GATHER_OPEN},
     {"GATHER_GROW", GATHER_GROW},
-    {"GATHER_UNREADABLE", GATHER_UNREADABLE},
+    {"GATHER_FAILED", GATHER_FAILED},
     {"GATHER_BAD_ID", GATHER_BAD_ID},
     {NULL, 0},
 };

@@ -22,7 +22,7 @@ from .framing import FRAME_OVERHEAD, HEADER_SIZE, crc32c
 from .io import StorageOptions, file_size, open_records_stream
 from .scan import FOOTER, HEADER, Span, length_crc_error, masked, scan
 
-__all__ = ["RangeSource", "as_entries", "read_entries", "read_entries_at", "read_ranges_into"]
+__all__ = ["RangeSource", "as_entries", "read_entries", "read_entries_at"]
 
 
 def _coalesce(entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
@@ -127,35 +127,10 @@ def _read_run(
 
 
 class RangeSource(Protocol):
-    """Reads byte ranges of one file: a remote file (:class:`torch_tfrecord.records.remote.RemoteFile`)."""
+    """Reads byte ranges of one file: a :class:`~torch_tfrecord.records.sources.ShardSource`, or a
+    remote file (:class:`~torch_tfrecord.records.remote.RemoteFile`)."""
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]: ...
-
-
-def read_ranges_into(
-    source: RangeSource,
-    offsets: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.int64],
-    buffer: bytearray,
-    start: int,
-) -> bool:
-    """Reads ranges of a remote or compressed file into ``buffer`` back to back from ``start``;
-    False if one is short or damaged (the per-record read then meets it and names it)."""
-    try:
-        into = getattr(source, "read_into", None)
-        if into is not None:  # a compressed shard copies straight from its inflated segments
-            into(offsets, sizes, buffer, start)
-            return True
-        pieces = source.read_ranges(offsets.tolist(), sizes.tolist())
-    except TFRecordError:
-        return False
-    view = memoryview(buffer)
-    for piece, size in zip(pieces, sizes.tolist(), strict=True):
-        if len(piece) != size:
-            return False
-        view[start : start + size] = piece
-        start += size
-    return True
 
 
 def read_entries_at(

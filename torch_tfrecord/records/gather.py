@@ -12,7 +12,7 @@ import numpy.typing as npt
 
 from ..support.extension import compiled as _native
 
-__all__ = ["GatherStatus", "gather", "read_into"]
+__all__ = ["Gathered", "gather", "read_into"]
 
 
 def _constant(name: str) -> int:
@@ -21,13 +21,14 @@ def _constant(name: str) -> int:
     return int(getattr(_native, name, -1 - len(name)))
 
 
-class GatherStatus(enum.IntEnum):
-    """What :func:`gather` answers first: the names of records/_gather.h, exported by the extension."""
+class Gathered(enum.IntEnum):
+    """What ``gather`` (records/_gather.c) returns first: the batch read, or what it needs before it
+    can. The values are the extension's ``GATHER_*`` constants, named in records/_gather.h."""
 
-    DONE = _constant("GATHER_DONE")  # value: the bytes of ``out`` used
-    OPEN_SHARD = _constant("GATHER_OPEN_SHARD")  # value: the shard to open first
-    GROW = _constant("GATHER_GROW")  # value: the bytes ``out`` must hold
-    UNREADABLE = _constant("GATHER_UNREADABLE")  # a record past its file's end, or a failed read
+    DONE = _constant("GATHER_DONE")  # every record read; the value: bytes used
+    OPEN = _constant("GATHER_OPEN")  # the value: a shard to open first (its descriptor is -1)
+    GROW = _constant("GATHER_GROW")  # the value: bytes the buffer must hold
+    FAILED = _constant("GATHER_FAILED")  # a record past its file's end, or a read that failed
     BAD_ID = _constant("GATHER_BAD_ID")  # an id out of range
 
 
@@ -51,11 +52,9 @@ def gather(
     starts_out: npt.NDArray[np.int64],
     sizes_out: npt.NDArray[np.int64],
     gap: int,
-) -> tuple[GatherStatus, int]:
+) -> tuple[Gathered, int]:
     """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
-    records/_gather.c): ``(DONE, bytes used)``, ``(OPEN_SHARD, shard to open first)``,
-    ``(GROW, bytes out must hold)``, ``(UNREADABLE, 0)`` for a record past its file's end or a
-    failed read, ``(BAD_ID, 0)`` for an id out of range (:class:`GatherStatus`).
+    records/_gather.c): ``(status, value)``, the status a :class:`Gathered`.
     Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
     records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
     it when they lie apart."""
@@ -63,4 +62,4 @@ def gather(
     status, value = _native.gather(
         ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap
     )
-    return GatherStatus(status), value
+    return Gathered(status), value

@@ -21,17 +21,19 @@ from .framing import FRAME_OVERHEAD, encode_record
 from .index import default_index_path, index_from_sizes, save_index
 from .io import PathLike, StorageOptions, exists, is_url, local_path
 
-__all__ = ["RecordWriter", "ShardedRecordWriter", "WriteCompression", "as_payload"]
+__all__ = ["RecordBytes", "RecordWriter", "ShardedRecordWriter", "WriteCompression", "as_payload"]
 
 logger = logging.getLogger(__name__)
 
 WriteCompression = Literal["gzip", "zlib"] | None
 
-Payload = bytes | bytearray | memoryview
+RecordBytes = bytes | bytearray | memoryview
+"""A record's bytes as a writer takes them (a :mod:`~torch_tfrecord.codec.payloads` Payload is what a
+dataset makes of a record's bytes when it reads them)."""
 _Sharded = TypeVar("_Sharded", bound="ShardedRecordWriter")
 
 
-def as_payload(record: object) -> Payload:
+def as_payload(record: object) -> RecordBytes:
     """A record's bytes as they are; anything else is refused."""
     if not isinstance(record, bytes | bytearray | memoryview):
         raise TypeError(f"write() takes bytes, got {type(record).__name__}")
@@ -272,7 +274,7 @@ class ShardedRecordWriter:
             self._start_shard()
         self._shards[-1].write(payload)
 
-    def _payload(self, record: Any) -> Payload:
+    def _payload(self, record: Any) -> RecordBytes:
         return as_payload(record)
 
     def _is_full(self, shard: RecordWriter, framed: int) -> bool:

@@ -128,9 +128,9 @@ class ViewerServer(http.server.ThreadingHTTPServer):
             self._activity.notify_all()
 
     def allow_work_when_quiet(self) -> threading.Thread:
-        """Lets the catalog's index loads, builds and verifications begin (:meth:`Catalog.allow_work`)
-        once the first page is served, watching from a daemon thread: the first page never shares
-        the CPU with an index build."""
+        """Lets the catalog's index loads, builds and verifications begin
+        (:meth:`.catalog.Catalog.allow_work`) once the first page is served, watching from a
+        daemon thread: the first page never shares the CPU with an index build."""
 
         def wait_then_start() -> None:
             with self._activity:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -79,7 +78,7 @@ class Shard:
         self.scanned = 0  # bytes walked by the index build
         self.problems: list[str] = []  # damage found, in the words `verify` uses
         self.verified: str | None = None  # None (not checked), verifying, ok, damaged
-        self._source: int | Any = None
+        self._source: Any = None  # a ShardSource, opened on the first indexed read
         self._recent: OrderedDict[int, RecordRead] = OrderedDict()  # the records last read, by number
         self._recent_bytes = 0
         self._lock = threading.Lock()
@@ -336,13 +335,12 @@ class Shard:
 
     def _open(self) -> Any:
         with self._lock:
-            if self._source is None:
-                if self.remote:
-                    from ..records.remote.ranged import RemoteFile
+            if self._source is None:  # the datasets' sources: a local file, or ranged requests
+                from ..records.sources import ShardKind, ShardSpec, Storage, open_source
 
-                    self._source = RemoteFile(self.path, self.size, self.storage_options)
-                else:
-                    self._source = os.open(self.path, os.O_RDONLY)
+                kind: ShardKind = "remote" if self.remote else "local"
+                spec = ShardSpec(self.path, self.size, kind, stored_size=self.size)
+                self._source = open_source(spec, Storage(dict(self.storage_options or {})))
             return self._source
 
     def locate(self, offset: int) -> int | None:
@@ -358,8 +356,6 @@ class Shard:
 
     def close(self) -> None:
         with self._lock:
-            if isinstance(self._source, int):
-                os.close(self._source)
-            elif self._source is not None:
+            if self._source is not None:
                 self._source.close()
             self._source = None

@@ -342,7 +342,7 @@ class FeatureDecoder:
     """The flat spec of a TFDS feature tree, and the step from its decoded columns to TFDS's values.
 
     Args:
-        features: the connector tree (:func:`parse_features`).
+        features: the connector tree (:func:`.features.parse_features`).
         batched: True when it is given decoded batches (the datasets' batch mode), False for
             samples.
         dct: the inverse DCT of JPEG images: ``"fast"`` (TensorFlow's default, so the pixels

@@ -15,9 +15,8 @@ from typing import Any
 from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
-from ...data.remote_shards import CacheDir, make_cache
 from ...data.shard_index import IndexArg, resolve_index
-from ...data.shards import RecordFiles
+from ...data.shards import CacheDir, RecordFiles, make_cache
 from ...records.io import StorageOptions
 from .decoder import FeatureDecoder
 from .features import ClassLabel, Feature, FeaturesDict, Image, Sequence, parse_features

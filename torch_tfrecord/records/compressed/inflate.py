@@ -92,7 +92,11 @@ def open_inflater(
     source: str | BinaryIO = open_binary(name, storage_options) if is_url(name) else name
     file = rapidgzip.RapidgzipFile(source, parallelization=1, chunk_size=spacing)
     if seek_points:
-        file.import_index(io.BytesIO(seek_points))
+        try:
+            file.import_index(io.BytesIO(seek_points))
+        except BaseException:
+            file.close()  # its threads run: left open, they abort the interpreter at exit
+            raise
     return file
 
 

@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["Schedule", "locate", "quotas"]
+__all__ = ["MixSchedule", "locate", "quotas"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -94,7 +94,7 @@ def locate(places: npt.ArrayLike, counts: Sequence[int]) -> tuple[Int64Array, In
 
 
 @dataclasses.dataclass(frozen=True)
-class Schedule:
+class MixSchedule:
     """Which stretch of each source's stream every epoch of a mix takes.
 
     From epoch ``origin`` on, each epoch takes ``counts[i]`` items of source ``i``, the epoch

@@ -1,4 +1,4 @@
-"""_packing: a batch's tensors become views of one block, values and structure unchanged."""
+"""handoff: a batch's tensors become views of one block, values and structure unchanged."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch.multiprocessing  # registers the tensor reductions with ForkingPick
 from torch.utils.data import DataLoader, IterableDataset
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import packing as _packing
-from torch_tfrecord.data.packing import InlineBatch, RingBatch, pack_tensors
+from torch_tfrecord.data import handoff as _handoff
+from torch_tfrecord.data.handoff import InlineBatch, RingBatch, pack_tensors
 
 
 def _sent(batch: Any) -> Any:
@@ -51,7 +51,7 @@ def _check_same(packed: Any, batch: dict[str, Any]) -> None:
 def test_a_sent_batch_keeps_values_dtypes_shapes_and_structure(
     monkeypatch: pytest.MonkeyPatch, limit: int
 ) -> None:
-    monkeypatch.setattr(_packing, "INLINE_LIMIT", limit)
+    monkeypatch.setattr(_handoff, "INLINE_LIMIT", limit)
     batch = _example_batch()
     packed = pack_tensors(batch)
     assert type(packed) is RingBatch  # the ring carries the top-level tensors of both
@@ -74,7 +74,7 @@ def test_an_inline_batch_sends_what_it_holds_when_sent() -> None:
     assert received["x"].tolist() == [5.0, 5.0] and received["y"].tolist() == [0.0, 0.0]
     assert _sent(InlineBatch({"names": ["a"]})) == {"names": ["a"]}  # no tensor: a plain dict
     names = [b"x" * 10] * 300  # a bytes column is not walked value by value, in or out
-    assert _packing._map(names, lambda t: t, _packing._keep) is names
+    assert _handoff._map(names, lambda t: t, _handoff._keep) is names
     assert _sent(pack_tensors({"names": names, "x": torch.ones(2)}))["names"] == names
 
 
@@ -130,7 +130,7 @@ def test_an_inline_batch_sends_what_numpy_cannot_hold_in_one_block() -> None:
 
 
 def test_pack_leaves_a_single_tensor_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_packing, "INLINE_LIMIT", -1)
+    monkeypatch.setattr(_handoff, "INLINE_LIMIT", -1)
     batch = (torch.ones(2), ["a"])
     assert pack_tensors(batch)[0] is batch[0]  # torch moves it to shared memory as it is sent
 
@@ -138,7 +138,7 @@ def test_pack_leaves_a_single_tensor_alone(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_large_dict_batch_leaves_in_one_shared_block_even_with_one_tensor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_packing, "INLINE_LIMIT", -1)
+    monkeypatch.setattr(_handoff, "INLINE_LIMIT", -1)
     batch = {"x": torch.ones(2), "names": [b"a"]}
     packed = pack_tensors(batch)
     assert type(packed) is RingBatch and packed["x"].is_shared() and not batch["x"].is_shared()

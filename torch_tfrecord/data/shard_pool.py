@@ -1,0 +1,211 @@
+"""The shards a process has open: one pool per dataset per process, least recently used let go
+first, within a cap per kind; and what the node's cache hears of the reads (which shards are
+needed when, fetched ahead of the reading position).
+
+Only the specs and the storage options pickle: each DataLoader worker opens its own sources. A
+forked worker keeps the sources it inherited (descriptors and mappings stay valid, and each
+remote or compressed source starts its own connections and threads afresh after a fork).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import numpy as np
+
+from ..records.remote.cache import cache_key
+from ..records.remote.eviction import FETCH_AHEAD, Schedule
+from ..records.sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
+
+__all__ = ["CAPS", "ShardPool"]
+
+CAPS = {"local": 64, "remote": 64, "cached": 64, "inflating": 8}
+"""Sources of each kind open at once in a process (an inflating one holds segments and a thread)."""
+# Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
+_SHARDS_AT_ONCE = 16
+T = TypeVar("T")
+
+
+def _kind(spec: ShardSpec) -> str:
+    return "inflating" if spec.inflating else spec.kind
+
+
+class ShardPool:
+    """The open sources of ``specs``, by shard number, opened on first use.
+
+    Attributes:
+        fds, maps: each shard's descriptor and read-only mapping while it is open as a local file
+            (-1 and None otherwise), as the native batch read takes them.
+        storage: what the sources share (options, the cache, the request count, the clock).
+    """
+
+    def __init__(self, specs: Sequence[ShardSpec], storage: Storage) -> None:
+        self.specs = list(specs)
+        self.storage = storage
+        self.window = 0  # a compressed shard's inflated bytes kept
+        self._reset()
+
+    def _reset(self) -> None:
+        self._open: dict[str, OrderedDict[int, ShardSource]] = {kind: OrderedDict() for kind in CAPS}
+        self.fds = np.full(len(self.specs), -1, dtype=np.int64)
+        self.maps: list[Any] = [None] * len(self.specs)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._threads: ThreadPoolExecutor | None = None
+        self._uses: dict[int, list[tuple[float, float]]] = {}
+        self._complete: set[int] = set()  # cached shards seen complete (fetched ahead no more)
+        self._fetchers: dict[int, CachedSource] = {}  # compressed cached shards' downloads
+        self._looked = -float("inf")
+
+    def _guard(self) -> threading.RLock:
+        if self._pid != os.getpid():  # forked: another thread may have held the lock then
+            self._lock, self._threads, self._pid = threading.RLock(), None, os.getpid()
+        return self._lock
+
+    def source(self, shard: int) -> ShardSource:
+        """Shard ``shard``'s source, opened if it is not open here (maybe letting go of the least
+        recently used of its kind)."""
+        spec = self.specs[shard]
+        opened = self._open[_kind(spec)]
+        with self._guard():
+            source = opened.get(shard)
+            if source is not None:
+                opened.move_to_end(shard)
+                return source
+            if len(opened) >= CAPS[_kind(spec)]:
+                oldest, evicted = opened.popitem(last=False)
+                self.forget_local(oldest)
+                evicted.close()
+            source = open_source(spec, self.storage, window=self.window)
+            opened[shard] = source
+            return source
+
+    def open_local(self, shard: int) -> bool:
+        """Opens shard ``shard`` for the native batch read: False when it is not a local file now
+        (a remote shard without its complete cached copy, a compressed one)."""
+        if self.specs[shard].inflating:
+            return False
+        local = self.source(shard).local()
+        if local is None:
+            return False
+        self.fds[shard] = local.fd
+        self.maps[shard] = local.mapping
+        return True
+
+    def forget_local(self, shard: int) -> None:
+        """Takes shard ``shard`` out of the native batch read's tables (its copy was replaced):
+        it is opened again when next read."""
+        self.fds[shard] = -1
+        self.maps[shard] = None
+
+    def hold_window(self, window_bytes: int) -> None:
+        """Lets each compressed shard keep about ``window_bytes`` inflated (a block shuffle's window)."""
+        self.window = window_bytes
+        for source in self._open["inflating"].values():
+            if isinstance(source, InflatingSource):
+                source.window = window_bytes
+
+    def each(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
+        """``read`` of each group (records of one remote shard), at the same time: their requests
+        overlap instead of adding up."""
+        with self._guard():
+            if self._threads is None:
+                self._threads = ThreadPoolExecutor(
+                    _SHARDS_AT_ONCE, thread_name_prefix="torch-tfrecord-shards"
+                )
+            threads = self._threads
+        return list(threads.map(read, groups))
+
+    # -- what the cache hears -------------------------------------------------------------
+
+    def plan(self, uses: Mapping[int, Sequence[tuple[float, float]]], now: float) -> None:
+        """Tells the cache when this process needs which shards (``(first, last)`` times of each
+        use, in epochs), and starts fetching those needed first."""
+        cache = self.storage.cache
+        if cache is None:
+            return
+        self._uses = {s: list(spans) for s, spans in uses.items() if self.specs[s].kind == "cached"}
+        schedule: Schedule = {cache_key(self.specs[s].path): spans for s, spans in self._uses.items()}
+        cache.publish(schedule)
+        self._looked = -float("inf")
+        self.advance(now)
+
+    def advance(self, now: float) -> None:
+        """Moves this process's place to ``now`` (each batch) and starts fetching the shards it
+        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch)."""
+        self.storage.now = now
+        if self.storage.cache is None or abs(now - self._looked) < FETCH_AHEAD / 8:
+            return
+        self._looked = now
+        for shard, spans in self._uses.items():
+            if shard in self._complete or not any(
+                first <= now + FETCH_AHEAD and last >= now for first, last in spans
+            ):
+                continue
+            source = self._cached(shard)
+            if source.complete():
+                self._complete.add(shard)
+            else:
+                source.start()
+
+    def finish(self) -> None:
+        """Waits for the downloads this process started (at the end of an epoch: a worker that
+        exits would cut them off, and the next epoch fetch them again)."""
+        for source in [*self._open["cached"].values(), *self._fetchers.values()]:
+            if isinstance(source, CachedSource):
+                source.finish()
+
+    def _cached(self, shard: int) -> CachedSource:
+        """A cached shard's download: its source, or (a compressed one, whose source inflates the
+        copy) one of its own."""
+        spec = self.specs[shard]
+        if not spec.inflating:
+            source = self.source(shard)
+            assert isinstance(source, CachedSource)
+            return source
+        with self._guard():
+            fetcher = self._fetchers.get(shard)
+            if fetcher is None:
+                fetcher = self._fetchers[shard] = CachedSource(spec, self.storage)
+            return fetcher
+
+    def fetch(self, shard: int) -> str | None:
+        """A cached shard's complete copy, fetched now if need be; None when the cache cannot take it."""
+        return self._cached(shard).fetch()
+
+    # -- counters -------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> int:
+        """Requests made to remote objects by this process (those of sources let go included)."""
+        return self.storage.requests.value
+
+    def opened(self, kind: str) -> dict[int, ShardSource]:
+        """The sources of ``kind`` (``"local"``, ``"remote"``, ``"cached"``, ``"inflating"``) open
+        here, by shard number, least recently used first."""
+        return dict(self._open[kind])
+
+    def mapped(self) -> int:
+        """Shards open here as local files with a mapping."""
+        return sum(mapping is not None for mapping in self.maps)
+
+    def close(self) -> None:
+        """Lets go of every open source (they reopen on the next read)."""
+        with self._guard():
+            for opened in self._open.values():
+                for shard, source in opened.items():
+                    self.forget_local(shard)
+                    source.close()
+                opened.clear()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"specs": self.specs, "storage": self.storage, "window": self.window}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset()
