@@ -7,9 +7,9 @@
 /* parse_index(data, out) -> rows: an index file's text in the canonical form, one
  * "<offset> <framed_size>\n" line per record (decimal digits, one space, the last newline
  * optional), into `out` (int64, two per row; the caller sizes it from the newlines). Returns
- * the number of rows, or INDEX_NOT_CANONICAL for anything else (the caller's strict parser names the line):
- * other whitespace, signs, an empty line, a number of more than 18 digits, more rows than
- * `out` holds. */
+ * the number of rows, or INDEX_NOT_CANONICAL for anything else (the caller's strict parser
+ * names the line): other whitespace, signs, an empty line, a number of more than 18 digits,
+ * more rows than `out` holds. */
 static PyObject *py_parse_index(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *out_obj;
