@@ -45,11 +45,11 @@ def marked(token: str) -> list[int]:
 def start(
     command: Sequence[str], env: Mapping[str, str] | None = None, **options: Any
 ) -> subprocess.Popen[str]:
-    """``command`` in a new session, its tree marked (``process.args``' token: ``process.tree``)."""
+    """``command`` in a new session, every process of its tree marked (the mark: ``process.tree``)."""
     token = uuid.uuid4().hex
-    process = subprocess.Popen(
-        list(command), env={**(env or os.environ), MARK: token}, start_new_session=True, text=True, **options
-    )
+    options.setdefault("text", True)
+    marked_env = {**(env or os.environ), MARK: token}
+    process = subprocess.Popen(list(command), env=marked_env, start_new_session=True, **options)
     process.tree = token  # type: ignore[attr-defined]
     return process
 
