@@ -3,6 +3,7 @@
 tfrecord-index build data/train-*.tfrecord --jobs 8
 tfrecord-index check data/
 tfrecord-index stats data/
+tfrecord-index manifest 'gs://bucket/train-*.tfrecord'
 
 Errors are one line (``tfrecord-index: error: ...``); ``--debug`` shows the traceback.
 """
@@ -149,6 +150,56 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _cmd_manifest(args: argparse.Namespace) -> int:
+    from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.compressed.index import default_compressed_index_path
+    from torch_tfrecord.records.index import default_index_path
+    from torch_tfrecord.records.io import exists
+    from torch_tfrecord.records.manifest import MANIFEST_SUFFIX, write_manifest
+
+    options = storage_options(args)
+    files = RecordFiles.from_sources(args.paths, storage_options=options, cache_dir=False)
+    out = args.out or _default_manifest(files.paths, MANIFEST_SUFFIX)
+    compressions = {spec.compressed.compression for spec in files.specs if spec.compressed is not None}
+    if compressions and (
+        len(compressions) > 1 or len(compressions) != len({s.inflating for s in files.specs})
+    ):
+        raise ValueError("a manifest lists shards of one kind: all plain, or all compressed the same way")
+    indexes = []
+    for path, spec in zip(files.paths, files.specs, strict=True):
+        index = default_compressed_index_path(path) if spec.inflating else default_index_path(path)
+        indexes.append(index if exists(index, options) else None)
+    manifest = write_manifest(
+        out,
+        files.paths,
+        [files.tables[shard] for shard in range(len(files.paths))],
+        options,
+        index_paths=indexes,
+        versions=[spec.version for spec in files.specs],
+        compression=compressions.pop() if compressions else None,
+    )
+    records = sum(shard.records for shard in manifest.shards)
+    print(f"{out}: {plural(len(manifest.shards), 'shard')}, {plural(records, 'record')}")
+    return 0
+
+
+def _default_manifest(paths: Sequence[str], suffix: str) -> str:
+    """``<folder>/<the shards' common name prefix>.manifest.json``."""
+    import os
+
+    folders = {path.rsplit("/", 1)[0] if "://" in path else os.path.dirname(path) for path in paths}
+    if len(folders) != 1:
+        raise ValueError("the shards lie in several folders: give --out")
+    import re
+
+    names = [path.rsplit("/", 1)[-1] for path in paths]
+    prefixes = {re.sub(r"-\d+-of-\d+.*$", "", name) for name in names}  # train-00000-of-00003 ...
+    common = os.path.commonprefix(names)  # noqa: RUF071 (a prefix of names, character by character)
+    stem = prefixes.pop() if len(prefixes) == 1 else common.rstrip("0123456789-_.") or "dataset"
+    folder = folders.pop()
+    return f"{folder}/{stem}{suffix}" if "://" in folder else os.path.join(folder, stem + suffix)
+
+
 def _stats_row(payload: np.ndarray[Any, Any], framed_bytes: int, label: str) -> str:
     if len(payload) == 0:
         return f"{0:>12,} {framed_bytes:>14,} {'-':>9} {'-':>11} {'-':>11}  {label}"
@@ -221,7 +272,21 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--index-dir", help="look for indexes here instead of beside the data")
     add_storage_options(stats)
     stats.set_defaults(run=_cmd_stats)
-    add_debug_option(parser, build, check, stats)
+
+    manifest = add_command(
+        commands,
+        "manifest",
+        "write the dataset's manifest: one file from which a reader starts with O(1) requests",
+        "tfrecord-index manifest 'gs://bucket/train-*.tfrecord'\n"
+        "tfrecord-index manifest data/train/ --out data/train/train.manifest.json",
+    )
+    manifest.add_argument("paths", nargs="+", help="data files, globs, directories or URLs")
+    manifest.add_argument(
+        "--out", help="where to write it (default: <folder>/<the shards' common prefix>.manifest.json)"
+    )
+    add_storage_options(manifest)
+    manifest.set_defaults(run=_cmd_manifest)
+    add_debug_option(parser, build, check, stats, manifest)
     return parser
 
 

@@ -411,6 +411,11 @@ def resume_accelerate(data: str) -> dict[str, Any]:
         accelerator = Accelerator(cpu=True)
         model, optimizer, loader = prepared(accelerator)
         second = []
+        try:
+            loader.set_epoch(0)
+        except ValueError as error:  # what the dataset refuses to be cut by
+            results[f"accelerate-{mode}-{workers}"] = {"error": str(error)}
+            continue
         for epoch in range(2):
             loader.set_epoch(epoch)
             for batch in loader:

@@ -223,3 +223,45 @@ def test_a_mix_checks_its_arguments(folder: Path) -> None:
     )
     with pytest.raises(ValueError, match=r"differ from this mix's in \['code'\]"):
         other.load_state_dict(mixed.state_dict())
+
+
+def test_a_mix_gets_what_the_epoch_driver_gives_every_dataset(folder: Path) -> None:
+    """Automatic epochs, prefetch in the main process (the same batches as without), a
+    StatefulDataLoader's state with workers, and the loader's batch size given the public way."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def make(**kwargs: Any) -> tt.MixedDataset:
+        return tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=30, **kwargs)
+
+    def ids(items: Any) -> list[tuple[int, int]]:
+        return [(int(s["_source"]), int(s["_record_id"])) for s in items]
+
+    mixed = make()
+    first, second = ids(mixed), ids(mixed)  # no set_epoch: each pass is the next epoch
+    assert first != second and mixed.epoch == 1
+    fresh = make()
+    fresh.set_epoch(1)
+    assert ids(fresh) == second
+    assert ids(make(prefetch=0)) == ids(make(prefetch=3)) == first
+    # Sample mode under workers, its batch size given to the dataset: whole loader batches per worker.
+    loader = tt.loader(make(), batch_size=4, num_workers=2, collate_fn=list)  # (the sources' keys differ)
+    batches = list(loader)
+    assert len(batches) == len(loader) == 8 and [len(b) for b in batches] == [4] * 7 + [2]
+    assert sorted(ids(s for b in batches for s in b)) == sorted(first)
+    # A StatefulDataLoader with 2 workers stopped after 3 batches resumes in a fresh mix.
+    stateful = StatefulDataLoader(
+        make(batch_size=3), batch_size=None, num_workers=2, snapshot_every_n_steps=1
+    )
+    head = []
+    for batch in stateful:
+        head.append(batch)
+        if len(head) == 3:
+            state = stateful.state_dict()
+            break
+    again = StatefulDataLoader(make(batch_size=3), batch_size=None, num_workers=2, snapshot_every_n_steps=1)
+    again.load_state_dict(state)
+    rest = list(again)
+    whole = list(DataLoader(make(batch_size=3), batch_size=None, num_workers=2))
+    assert [_pairs(b, mixed.names) for b in head + rest] == [_pairs(b, mixed.names) for b in whole]
+    with pytest.raises(ValueError, match="loader_batch_size=5.*batch_size=4"):
+        list(DataLoader(make(loader_batch_size=5), batch_size=4, collate_fn=tt.collate))

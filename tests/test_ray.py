@@ -361,7 +361,8 @@ def test_round_trip_with_num_shards(cluster: None, shards: list[str], tmp_path: 
     paths = write_tfrecords(dataset, tmp_path / "out" / "part", num_shards=4)
     assert [os.path.basename(p) for p in paths] == [f"part-{i:05d}-of-00004.tfrecord" for i in range(4)]
     assert sorted(os.listdir(tmp_path / "out")) == sorted(
-        name for p in paths for name in (os.path.basename(p), os.path.basename(p) + ".idx")
+        [name for p in paths for name in (os.path.basename(p), os.path.basename(p) + ".idx")]
+        + ["part.manifest.json", "part.manifest.tables.npz"]  # the dataset's manifest
     )
     for path in paths:
         tt.load_index(path + ".idx", data_path=path)  # the index describes the file
@@ -471,7 +472,8 @@ def test_a_write_task_killed_mid_write_leaves_no_partial_shard(
     dataset.repartition(2).write_datasink(sink)
     assert marker.exists()  # a task was killed, and retried
     assert sorted(os.listdir(out)) == sorted(
-        name for p in sink.shard_paths for name in (os.path.basename(p), os.path.basename(p) + ".idx")
+        [name for p in sink.shard_paths for name in (os.path.basename(p), os.path.basename(p) + ".idx")]
+        + ["part.manifest.json", "part.manifest.tables.npz"]
     )
     assert _by_id(_decoded_rows(sink.shard_paths, SPEC)) == _decoded_rows(shards, SPEC)
 
@@ -491,7 +493,8 @@ def test_s3_round_trip(cluster: None, shards: list[str]) -> None:
         assert paths == [f"s3://bucket/data/train-{i:05d}-of-00002.tfrecord" for i in range(2)]
         listed = sorted(fsspec.filesystem("s3", **options).ls("bucket/data", detail=False, refresh=True))
         assert [p.rsplit("/", 1)[1] for p in listed] == sorted(
-            name for p in paths for name in (p.rsplit("/", 1)[1], p.rsplit("/", 1)[1] + ".idx")
+            [name for p in paths for name in (p.rsplit("/", 1)[1], p.rsplit("/", 1)[1] + ".idx")]
+            + ["train.manifest.json", "train.manifest.tables.npz"]
         )
         dataset = read_tfrecords(
             "s3://bucket/data/", spec=SPEC, storage_options=options, override_num_blocks=4

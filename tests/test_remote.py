@@ -200,7 +200,7 @@ def test_url_without_fsspec_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
 def test_file_urls_are_local_paths(local_shards: str) -> None:
     paths = tt.TFRecordDataset(f"file://{local_shards}", spec=SPEC).files.paths
     assert paths == sorted(
-        os.path.join(local_shards, name) for name in os.listdir(local_shards) if "idx" not in name
+        os.path.join(local_shards, name) for name in os.listdir(local_shards) if name.endswith(".tfrecord")
     )
 
 
@@ -213,6 +213,7 @@ def test_memory_filesystem_end_to_end(local_shards: str) -> None:
     assert sorted(remote.filesystem("memory://roundtrip")[0].ls("/roundtrip", detail=False)) == sorted(
         [f"/roundtrip/{os.path.basename(p)}" for p in paths]
         + [f"/roundtrip/{os.path.basename(p)}.idx" for p in paths]
+        + ["/roundtrip/train.manifest.json", "/roundtrip/train.manifest.tables.npz"]  # the manifest
     )
     local = tt.TFRecordDataset(local_shards, spec=SPEC, shuffle="global", seed=5, batch_size=64)
     local.set_epoch(0)  # each pass below is epoch 0 (a pass alone would move on to the next epoch)
@@ -319,7 +320,7 @@ def test_s3_read_records_and_directory_listing(s3: tuple[str, dict[str, Any]], l
     _, options = s3
     paths = expand_sources("s3://bucket/data", options)
     assert [os.path.basename(p) for p in paths] == sorted(
-        n for n in os.listdir(local_shards) if "idx" not in n
+        n for n in os.listdir(local_shards) if n.endswith(".tfrecord")
     )
     for path in paths[:2]:
         local = os.path.join(local_shards, os.path.basename(path))

@@ -151,7 +151,9 @@ def test_sharded_writer_rolls_over_by_records(tmp_path: Path) -> None:
             writer.write(payload)
     names = [Path(p).name for p in writer.shard_paths]
     assert names == [f"train-0000{i}-of-00003.tfrecord" for i in range(3)]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names + [n + ".idx" for n in names])
+    manifest = ["train.manifest.json", "train.manifest.tables.npz"]  # what a reader starts from
+    indexes = [n + ".idx" for n in names]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names + indexes + manifest)
     read = [list(read_records(p)) for p in writer.shard_paths]
     assert [len(r) for r in read] == [10, 10, 5]
     assert [r for shard in read for r in shard] == payloads

@@ -45,7 +45,9 @@ class ShardedWriter(ShardedRecordWriter):
 
     Shards are named ``{prefix}-00000-of-00012{suffix}``; the total is known only at
     :meth:`close`, so every shard stays under a temporary name until then, and a crash leaves
-    nothing under a final name. Each uncompressed shard gets its index.
+    nothing under a final name. Each uncompressed shard gets its index, and the dataset its
+    manifest, ``{prefix}.manifest.json``: what a reader needs to start with O(1) requests
+    (:mod:`torch_tfrecord.records.manifest`).
 
     Args:
         prefix: path prefix of the shards, e.g. ``"out/train"``; its directory is created.
@@ -58,6 +60,7 @@ class ShardedWriter(ShardedRecordWriter):
         storage_options: for the fsspec file system when ``prefix`` is a URL. Each shard is
             uploaded under a hidden temporary name and moved to its final name at close (a
             server-side copy on object stores).
+        write_manifest: write ``{prefix}.manifest.json`` at close.
 
     Example:
         >>> with ShardedWriter("out/train", max_records=10_000) as writer:  # doctest: +SKIP

@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import TFRecordError
 from ..records.io import StorageOptions, is_url, join
+from ..records.manifest import write_shards_manifest
 from ..records.writer import RecordWriter, ShardedRecordWriter, WriteCompression
 from ..support.processes import worker_processes
 from ..support.text import progress_bar
@@ -275,6 +276,13 @@ def write_records(
                     writers[(split, shard)]._finish()
         for (split, shard), writer in writers.items():
             writer._publish(names[split][shard])
+        for split, paths in names.items():  # each split's manifest, beside its shards
+            sizes = [writers[(split, shard)].framed_sizes for shard in range(len(paths))]
+            stem = f"{options.name}-{split}" if split else options.name
+            prefix = join(options.out_dir, stem)
+            write_shards_manifest(
+                prefix, paths, sizes, options.storage_options, compression=options.compression
+            )
     except BaseException:
         for writer in writers.values():
             writer.abort()

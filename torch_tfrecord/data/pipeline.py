@@ -7,6 +7,7 @@ damaged record is replaced by a good one of the same batch, marked as padding, a
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -23,7 +24,7 @@ from ..codec.rows import split_batch
 from ..codec.schema import sample_dtypes
 from ..codec.selection import RowList
 from ..codec.spec import FeatureSpec, Image, normalize_spec
-from ..codec.spec_file import read_spec_file
+from ..codec.spec_file import decode_spec_json, read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
 from ..records.sources import BatchReadFailed
@@ -265,10 +266,13 @@ def decoder_for(
 ) -> BatchDecoder:
     """The decoder of a dataset's arguments: Examples by spec, or raw / SequenceExample payloads.
 
-    With no spec at all, the ``spec.json`` beside the shards (as ``tt.write_dataset`` and
-    ``tt.from_parquet`` save it) gives it, when there is one."""
+    With no spec at all, the spec the dataset's manifest keeps, else the ``spec.json`` beside the
+    shards (as ``tt.write_dataset`` and ``tt.from_parquet`` save it) gives it, when there is one."""
     if spec is None and context_spec is None and sequence_spec is None:
-        saved = read_spec_file(files.paths, files.storage_options)
+        if files.saved_spec is not None:
+            saved = decode_spec_json(json.dumps(files.saved_spec), source="the manifest's spec")
+        else:
+            saved = read_spec_file(files.paths, files.storage_options)
         if saved is not None:
             spec, context_spec, sequence_spec = (
                 saved.get(k) for k in ("spec", "context_spec", "sequence_spec")

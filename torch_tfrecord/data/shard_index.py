@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +30,7 @@ from ..records.index import (
     encode_index,
     read_index_bytes,
 )
-from ..records.io import StorageOptions, exists, is_url, join, resolve_compression
+from ..records.io import SourceListing, StorageOptions, exists, is_url, join, resolve_compression
 from ..records.reader import OnError
 from ..records.remote import file_info
 from ..records.remote.cache import ShardCache
@@ -67,6 +68,7 @@ def resolve_index(
     storage_options: StorageOptions = None,
     on_error: OnError = "raise",
     cache: ShardCache | None = None,
+    listing: SourceListing | None = None,
 ) -> ShardIndex:
     """The index of one data file, checked against the file: a plain file's ``(offset,
     framed_size)`` table, or a GZIP / ZLIB file's :class:`CompressedIndex`.
@@ -83,6 +85,8 @@ def resolve_index(
         cache: the node's cache of remote files: a remote index file is read through it, and
             a remote file without one is scanned from its cached copy, the scanned index kept
             there too (a later run neither downloads nor scans it again).
+        listing: what listing the sources saw (sizes, which index files exist): what it knows
+            is not looked up again, so a remote shard with an index beside it costs one request.
 
     Raises:
         StaleIndexError: the index does not describe the file (never silently rebuilt).
@@ -92,12 +96,22 @@ def resolve_index(
     gaps = on_error == "skip"
     if cache is not None and not is_url(path):
         cache = None
+    listing = listing or SourceListing([])
+    known = listing.info(path)
+    size = None if known is None else int(known["size"])
+
+    def load(index_path: str) -> ShardIndex:
+        return load_shard_index(
+            index_path, path, options, allow_damaged_gaps=gaps, cache=cache, data_size=size,
+            index_info=listing.info(index_path),
+        )  # fmt: skip
+
     if index is None:
         for index_path in (default_compressed_index_path(path), default_index_path(path)):
-            if exists(index_path, options):
-                return load_shard_index(index_path, path, options, allow_damaged_gaps=gaps, cache=cache)
+            if listing.exists(index_path, options):
+                return load(index_path)
         if cache is not None:
-            return scan_cached(path, options, on_error, cache)
+            return scan_cached(path, options, on_error, cache, known)
         compression = resolve_compression("auto", path, options)
         if compression is not None:
             found: ShardIndex = build_compressed_index(path, on_error=on_error, storage_options=options)
@@ -111,25 +125,24 @@ def resolve_index(
         return found
     if isinstance(index, str):
         if "{" in index:
-            return load_shard_index(
-                _pattern_path(index, path), path, options, allow_damaged_gaps=gaps, cache=cache
-            )
+            return load(_pattern_path(index, path))
         compressed = join(index, os.path.basename(default_compressed_index_path(path)))
         if exists(compressed, options):
-            return load_shard_index(compressed, path, options, allow_damaged_gaps=gaps, cache=cache)
-        plain = join(index, os.path.basename(default_index_path(path)))
-        return load_shard_index(plain, path, options, allow_damaged_gaps=gaps, cache=cache)
+            return load(compressed)
+        return load(join(index, os.path.basename(default_index_path(path))))
     if isinstance(index, Mapping):
         entry = index.get(path, index.get(os.path.basename(path)))
         if entry is None:
             raise SourceNotFoundError(f"the index mapping has no entry for {path!r}")
         if isinstance(entry, str | os.PathLike):
-            return load_shard_index(os.fspath(entry), path, options, allow_damaged_gaps=gaps, cache=cache)
+            return load(os.fspath(entry))
         table = np.asarray(entry, dtype=np.int64).reshape(-1, 2)
-        check_index(table, path, "<index mapping>", allow_damaged_gaps=gaps, storage_options=options)
+        check_index(
+            table, path, "<index mapping>", allow_damaged_gaps=gaps, storage_options=options, size=size
+        )
         return table
     if callable(index):
-        return load_shard_index(os.fspath(index(path)), path, options, allow_damaged_gaps=gaps, cache=cache)
+        return load(os.fspath(index(path)))
     raise TypeError(f"index must be None, a pattern, a mapping or a function, not {type(index).__name__}")
 
 
@@ -140,40 +153,63 @@ def load_shard_index(
     *,
     allow_damaged_gaps: bool = False,
     cache: ShardCache | None = None,
+    data_size: int | None = None,
+    index_info: dict[str, Any] | None = None,
 ) -> ShardIndex:
     """Reads an index file of either kind (told apart by the compressed index's magic) and
     checks it against its data file (``allow_damaged_gaps``: see
     :func:`~torch_tfrecord.records.index.check_index`); a remote one through ``cache`` when given.
+    ``data_size`` and ``index_info``: the data file's size and the index file's fsspec info, when
+    a listing said them (not looked up again).
 
     Raises:
         IndexFormatError: the index file is damaged or in neither format.
         StaleIndexError: it does not describe ``data_path``.
     """
     if cache is not None and is_url(index_path):
-        data = read_through(cache, index_path, options)
+        data = read_through(cache, index_path, options, index_info)
     else:
         data = read_index_bytes(index_path, options)
-    return _checked(data, index_path, data_path, options, allow_damaged_gaps)
+    return _checked(data, index_path, data_path, options, allow_damaged_gaps, data_size)
 
 
 def _checked(
-    data: bytes, index_path: str, data_path: str, options: StorageOptions, allow_damaged_gaps: bool
+    data: bytes,
+    index_path: str,
+    data_path: str,
+    options: StorageOptions,
+    allow_damaged_gaps: bool,
+    size: int | None = None,
 ) -> ShardIndex:
     if is_compressed_index(data):
         found = decode_compressed_index(data, index_path)
         check_compressed_index(
-            found, data_path, index_path, allow_damaged=allow_damaged_gaps, storage_options=options
+            found, data_path, index_path, allow_damaged=allow_damaged_gaps, storage_options=options, size=size
         )
         return found
     table = decode_index(data, index_path)
-    check_index(table, data_path, index_path, allow_damaged_gaps=allow_damaged_gaps, storage_options=options)
+    check_index(
+        table,
+        data_path,
+        index_path,
+        allow_damaged_gaps=allow_damaged_gaps,
+        storage_options=options,
+        size=size,
+    )
     return table
 
 
-def scan_cached(path: str, options: StorageOptions, on_error: OnError, cache: ShardCache) -> ShardIndex:
+def scan_cached(
+    path: str,
+    options: StorageOptions,
+    on_error: OnError,
+    cache: ShardCache,
+    info: dict[str, Any] | None = None,
+) -> ShardIndex:
     """The index of a remote file that has none: the one scanned before and kept in ``cache``,
-    else made by scanning the file's cached copy (fetched now) and kept there."""
-    info = file_info(path, options)
+    else made by scanning the file's cached copy (fetched now) and kept there. ``info``: the
+    file's fsspec info when known."""
+    info = file_info(path, options) if info is None else info
     version = file_version(info)
     name = path + "#scanned-index"
     kept = cache.get_bytes(name, version)

@@ -23,14 +23,17 @@ from ..errors import TFRecordError
 from ..records.compressed.index import CompressedIndex
 from ..records.compressed.inflate import SEGMENT
 from ..records.entries import read_entries_at
-from ..records.io import PathLike, StorageOptions, expand_sources, is_url
+from ..records.io import PathLike, StorageOptions, is_url, list_sources
+from ..records.manifest import is_manifest
 from ..records.reader import OnError
 from ..records.remote import for_each_path
 from ..records.remote.cache import ShardCache
 from ..records.sources import BatchReadFailed, ShardSpec, Storage, shard_specs
 from .guards import check_sources
+from .manifest_files import find_manifest, manifest_files
 from .shard_index import IndexArg, ShardIndex, resolve_index
 from .shard_pool import CAPS, ShardPool
+from .shard_tables import ShardTables, TableLoader
 
 __all__ = ["CacheDir", "RecordFiles", "grown", "make_cache", "record_files"]
 
@@ -84,30 +87,30 @@ class RecordFiles:
     def __init__(
         self,
         paths: Sequence[str],
-        tables: Sequence[ShardIndex],
+        tables: Sequence[ShardIndex | TableLoader],
         storage_options: StorageOptions = None,
         cache: ShardCache | None = None,
         *,
         specs: Sequence[ShardSpec] | None = None,
+        counts: Sequence[int] | None = None,
     ) -> None:
         if len(paths) != len(tables):
             raise ValueError(f"{len(paths)} paths but {len(tables)} index tables")
         self.paths = list(paths)
         self.storage_options = dict(storage_options or {})
         self.cache = cache
+        self.saved_spec: dict[str, Any] | None = None  # the spec a manifest keeps, as spec.json holds it
         compressed = [table if isinstance(table, CompressedIndex) else None for table in tables]
-        self.tables = [
-            np.ascontiguousarray(
-                table.table if isinstance(table, CompressedIndex) else table, dtype=np.int64
-            ).reshape(-1, 2)
-            for table in tables
-        ]
+        plain = [table.table if isinstance(table, CompressedIndex) else table for table in tables]
+        if counts is None:
+            counts = [len(np.asarray(table).reshape(-1, 2)) for table in plain]  # type: ignore[arg-type]
+        self.tables = ShardTables(plain, counts)
         if specs is None:
             specs = shard_specs(self.paths, compressed, storage_options, cache)
         self.specs = list(specs)
         self.pool = ShardPool(self.specs, Storage(self.storage_options, cache))
         self.sizes = [spec.size for spec in self.specs]  # each record stream's size
-        self.counts = np.array([len(table) for table in self.tables], dtype=np.int64)
+        self.counts = self.tables.counts
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self._size_table = np.array(self.sizes, dtype=np.int64)  # as the native batch read takes them
         # The native batch read applies where every shard may be a local file (remote ones once
@@ -132,12 +135,27 @@ class RecordFiles:
             ValueError: ``sources`` is an empty list.
         """
         check_sources(sources)
-        paths = expand_sources(sources, storage_options)
+        named = isinstance(sources, str | os.PathLike) and is_manifest(os.fspath(sources))
+        listing = None if named else list_sources(sources, storage_options)
+        manifest = None if index is not None else find_manifest(sources, listing, storage_options)
+        if manifest is not None:
+            cache = make_cache(manifest.shard_paths(), cache_dir, cache_limit)
+            found = manifest_files(manifest, storage_options, cache)
+            files = cls(
+                found.paths, found.tables, storage_options, cache, specs=found.specs, counts=found.counts
+            )
+            files.saved_spec = found.spec
+            return files
+        if listing is None:
+            raise ValueError(f"{sources!r} is a manifest: give index=None to read it")
+        paths = listing.paths
         cache = make_cache(paths, cache_dir, cache_limit)
         indexes = for_each_path(
-            lambda path: resolve_index(path, index, storage_options, on_error, cache), paths
+            lambda path: resolve_index(path, index, storage_options, on_error, cache, listing), paths
         )
-        return cls(paths, indexes, storage_options, cache)
+        compressed = [table if isinstance(table, CompressedIndex) else None for table in indexes]
+        specs = shard_specs(paths, compressed, storage_options, cache, listing)
+        return cls(paths, indexes, storage_options, cache, specs=specs)
 
     def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
         """The records ``[start, stop)`` of shard ``shard`` for each ``(shard, start, stop)``, as files.
@@ -186,10 +204,13 @@ class RecordFiles:
     def fingerprint(self) -> str:
         """Identifies the data: file names, sizes and record counts (not the directory they are in)."""
         digest = hashlib.sha256()
-        for path, size, table in zip(self.paths, self.sizes, self.tables, strict=True):
-            # Part of a file (select()) also says where it starts; a whole file reads as it always did.
+        for path, size, table, count in zip(
+            self.paths, self.sizes, self.tables.arrays, self.counts, strict=True
+        ):
+            # Part of a file (select()) also says where it starts; a whole file reads as it always did
+            # (a table still to fetch is a whole file's).
             start = f"\0{int(table[0, 0])}" if len(table) and table[0, 0] else ""
-            digest.update(f"{os.path.basename(path)}\0{size}\0{len(table)}{start}\n".encode())
+            digest.update(f"{os.path.basename(path)}\0{size}\0{int(count)}{start}\n".encode())
         return digest.hexdigest()[:32]
 
     def locate(self, record_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -222,6 +243,7 @@ class RecordFiles:
         shards, local = self.locate(ids[by_id])
         bounds = np.flatnonzero(np.diff(shards)) + 1
         groups = np.split(np.arange(len(ids)), bounds)
+        self.tables.ensure(np.unique(shards).tolist())
         read = self._each_shard(
             lambda group: self._read_shard(int(shards[group[0]]), local[group], verify_crc, on_error),
             groups,
@@ -266,6 +288,7 @@ class RecordFiles:
                     return framed
         by_id = np.argsort(ids, kind="stable")  # global id order is file order
         shards, local = self.locate(ids[by_id])
+        self.tables.ensure(np.unique(shards).tolist())
         entries = np.empty((len(ids), 2), dtype=np.int64)
         bounds = [0, *(np.flatnonzero(np.diff(shards)) + 1).tolist(), len(ids)]
         for first, stop in itertools.pairwise(bounds):
@@ -303,14 +326,24 @@ class RecordFiles:
         from ..records.gather import Gathered, gather
 
         pool = self.pool
+        if self.tables.pending:
+            self.tables.ensure(np.unique(self.locate(ids)[0]).tolist())
         buffer = bytearray() if scratch is None else scratch
         starts = np.empty(len(ids), dtype=np.int64)
         sizes = np.empty(len(ids), dtype=np.int64)
         for _ in range(CAPS["local"] + 1):
             status, value = gather(
-                ids, self.starts, self.tables, pool.fds, self._size_table, pool.maps, buffer, starts, sizes,
+                ids,
+                self.starts,
+                self.tables.arrays,
+                pool.fds,
+                self._size_table,
+                pool.maps,
+                buffer,
+                starts,
+                sizes,
                 _COALESCE_GAP,
-            )  # fmt: skip
+            )
             if status == Gathered.DONE:
                 return buffer, starts, sizes
             if status == Gathered.OPEN:  # opening it may let go of the least recently used one
@@ -324,9 +357,7 @@ class RecordFiles:
                 raise BatchReadFailed("a record past its file's end, or a read that failed")
         return None
 
-    def _each_shard(
-        self, read: Callable[[Any], T], groups: Sequence[Any], shards: Sequence[int]
-    ) -> list[T]:
+    def _each_shard(self, read: Callable[[Any], T], groups: Sequence[Any], shards: Sequence[int]) -> list[T]:
         """``read`` of each group of records of one shard. Remote shards are read at the same time
         (their requests overlap instead of adding up); if any is local or compressed, one after
         another here (a source may be let go for another only in this thread)."""
@@ -369,9 +400,7 @@ class RecordFiles:
         for number in numbers.tolist():  # find the damaged ones, keep the rest
             one = np.array([number], dtype=np.int64)
             try:
-                payloads.extend(
-                    read_entries_at(source, path, size, table[one], one, verify_crc=verify_crc)
-                )
+                payloads.extend(read_entries_at(source, path, size, table[one], one, verify_crc=verify_crc))
             except TFRecordError as error:
                 logger.warning("skipping record: %s", error)
                 payloads.append(None)

@@ -278,6 +278,7 @@ def check_index(
     *,
     allow_damaged_gaps: bool = False,
     storage_options: StorageOptions = None,
+    size: int | None = None,
 ) -> None:
     """Checks that an index describes its data file, record after record.
 
@@ -292,11 +293,12 @@ def check_index(
             index missing a record, of a file appended to or rewritten, is still stale).
             Only those gaps are read.
         storage_options: for the fsspec file system when ``data_path`` is a URL.
+        size: the data file's size, when known (a listing said it): not looked up again.
 
     Raises:
         StaleIndexError: naming both files and the first entry that does not fit.
     """
-    size = file_size(data_path, storage_options)
+    size = file_size(data_path, storage_options) if size is None else size
     where = f"index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
     starts, ends = check_table(table, size, where, allow_damaged_gaps=allow_damaged_gaps)
     if len(starts):

@@ -9,6 +9,7 @@ included, so their byte offsets are offsets into the decompressed stream.
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import itertools
 import logging
@@ -16,7 +17,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import BinaryIO, Literal
+from typing import Any, BinaryIO, Literal
 
 from ..errors import SourceNotFoundError
 from . import remote
@@ -27,6 +28,7 @@ from .remote import StorageOptions, is_url
 __all__ = [
     "Compression",
     "PathLike",
+    "SourceListing",
     "StorageOptions",
     "detect_compression",
     "exists",
@@ -34,6 +36,7 @@ __all__ = [
     "file_size",
     "is_url",
     "join",
+    "list_sources",
     "local_path",
     "open_binary",
     "open_records_stream",
@@ -122,7 +125,7 @@ def resolve_compression(
 # Files that sit beside shards in real datasets and never hold records: indexes, TFDS metadata
 # (dataset_info.json, features.json, *.labels.txt), label maps, notes, checksums, configs.
 _NOT_DATA_SUFFIX = re.compile(
-    r"\.(c?idx|json|pbtxt|txt|md|rst|csv|tsv|ya?ml|py|proto|html|log|lock|sha256|md5|crc)$", re.IGNORECASE
+    r"\.(c?idx|json|pbtxt|txt|md|rst|csv|tsv|ya?ml|py|proto|html|log|lock|sha256|md5|crc|npz)$", re.IGNORECASE
 )
 _NOT_DATA_NAMES = re.compile(r"^(readme|license|licence|notice|changelog|authors)(\..*)?$", re.IGNORECASE)
 
@@ -172,9 +175,46 @@ def _fixed_prefix(pattern: str) -> str:
     return os.sep.join(fixed) or "."
 
 
+@dataclasses.dataclass
+class SourceListing:
+    """The data files of some sources, and what listing them told about remote objects.
+
+    Attributes:
+        paths: the data files, sorted and without duplicates.
+        infos: fsspec's ``info`` of each remote object seen by a listing (the data files and the
+            files beside them: indexes, manifests), by URL.
+        complete: remote folders listed whole: a name in one that is not in ``infos`` does not exist.
+    """
+
+    paths: list[str]
+    infos: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    complete: set[str] = dataclasses.field(default_factory=set)
+
+    def info(self, url: str) -> dict[str, Any] | None:
+        """What a listing saw of ``url`` (with its size); None when no listing said it (some file
+        systems, HTTP's, list names without sizes)."""
+        info = self.infos.get(url)
+        return info if info is not None and isinstance(info.get("size"), int) else None
+
+    def exists(self, url: str, storage_options: StorageOptions = None) -> bool:
+        """Whether ``url`` exists: known from a listing of its folder, else looked up."""
+        if url in self.infos:
+            return True
+        if url.rsplit("/", 1)[0] in self.complete:
+            return False
+        return exists(url, storage_options)
+
+
 def expand_sources(
     sources: PathLike | Iterable[PathLike], storage_options: StorageOptions = None
 ) -> list[str]:
+    """Turns paths, globs and directories into a sorted list of data files (see :func:`list_sources`)."""
+    return list_sources(sources, storage_options).paths
+
+
+def list_sources(
+    sources: PathLike | Iterable[PathLike], storage_options: StorageOptions = None
+) -> SourceListing:
     """Turns paths, globs and directories into a sorted list of data files.
 
     A directory stands for the shards in it and in its subdirectories, at any depth (TFDS
@@ -184,7 +224,9 @@ def expand_sources(
     line: hidden and private files and folders (``.x``, ``_SUCCESS``, ``_temporary/``), index
     files (``.idx``), metadata and notes (``.json``, ``.pbtxt``, ``.txt``, ``.md``, ``.csv``,
     ``.yaml``, ``README`` ...; see :func:`skip_reason`). A file named on its own is always read.
-    URLs expand on their file system (``s3://bucket/train-*.tfrecord``, a bucket prefix).
+    URLs expand on their file system (``s3://bucket/train-*.tfrecord``, a bucket prefix), in one
+    listing where they can: what it says of each object (size, version, the indexes beside the
+    shards) spares a request per shard later.
 
     Args:
         sources: one source or several.
@@ -198,11 +240,18 @@ def expand_sources(
     """
     items = [sources] if isinstance(sources, str | os.PathLike) else list(sources)
     found: set[str] = set()
+    listing = SourceListing([])
     for item in items:
         name = local_path(item)
         if is_url(name):
-            listed, kind = remote.expand(name, storage_options)
-            matches = [full for full, _ in listed] if kind == "file" else _split_skipped(name, listed)
+            listed = remote.expand(name, storage_options)
+            listing.infos.update(listed.infos)
+            listing.complete |= listed.complete
+            kind = listed.kind
+            if kind == "file":
+                matches = [full for full, _ in listed.entries]
+            else:
+                matches = _split_skipped(name, listed.entries)
             what = {"glob": "glob matches no data file", "directory": "directory holds no data file"}.get(
                 kind, ""
             )
@@ -228,7 +277,8 @@ def expand_sources(
         if not matches:
             raise SourceNotFoundError(f"{what}: {name!r}")
         found.update(matches)
-    return sorted(found)
+    listing.paths = sorted(found)
+    return listing
 
 
 def file_size(path: PathLike, storage_options: StorageOptions = None) -> int:

@@ -25,7 +25,7 @@ import numpy.typing as npt
 from ..errors import TFRecordError
 from .compressed.index import CompressedIndex
 from .compressed.shard import CompressedShard
-from .io import StorageOptions, file_size, is_url, open_binary
+from .io import SourceListing, StorageOptions, file_size, is_url, open_binary
 from .remote import RemoteFile, RequestCounter, file_info, for_each_path
 from .remote.cache import ShardCache, cache_key
 from .remote.cached import CachedFile, file_version
@@ -66,6 +66,8 @@ class ShardSpec:
         version: a remote object's ETag or generation ("" where there is none, or local).
         stored_size: bytes of the stored file (differs from ``size`` for a compressed shard).
         compressed: a GZIP / ZLIB shard's compressed index (its records are then inflated).
+        manifest: the manifest that said the size and version, when they were not looked up
+            (a remote shard is then checked against the store when it is first opened).
     """
 
     path: str
@@ -74,6 +76,7 @@ class ShardSpec:
     version: str = ""
     stored_size: int = -1
     compressed: CompressedIndex | None = dataclasses.field(default=None, compare=False, repr=False)
+    manifest: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in ("local", "remote", "cached"):
@@ -108,16 +111,24 @@ def shard_specs(
     compressed: Sequence[CompressedIndex | None],
     storage_options: StorageOptions = None,
     cache: ShardCache | None = None,
+    listing: SourceListing | None = None,
 ) -> list[ShardSpec]:
-    """Each shard's spec: its size (and, remote, version) looked up once, concurrently.
+    """Each shard's spec: its size (and, remote, version) from the listing of its sources, else
+    looked up once, concurrently.
 
     A compressed shard needs no look-up unless it is cached (its index has its sizes).
     """
-    looked_up = [
-        i for i, path in enumerate(paths) if is_url(path) and (cache is not None or compressed[i] is None)
-    ]
-    infos = for_each_path(lambda path: file_info(path, storage_options), [paths[i] for i in looked_up])
-    found = dict(zip(looked_up, infos, strict=True))
+    found: dict[int, dict[str, Any]] = {}
+    missing = []
+    for i, path in enumerate(paths):
+        if is_url(path) and (cache is not None or compressed[i] is None):
+            info = None if listing is None else listing.info(path)
+            if info is None:
+                missing.append(i)
+            else:
+                found[i] = info
+    infos = for_each_path(lambda path: file_info(path, storage_options), [paths[i] for i in missing])
+    found.update(zip(missing, infos, strict=True))
     specs = []
     for i, path in enumerate(paths):
         index = compressed[i]
@@ -238,6 +249,8 @@ class RemoteSource(ShardSource):
 
     def __init__(self, spec: ShardSpec, storage: Storage) -> None:
         super().__init__(spec)
+        if spec.manifest:
+            check_described(spec, storage)
         self.file = RemoteFile(spec.path, spec.stored_size, storage.storage_options, counter=storage.requests)
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
@@ -373,6 +386,23 @@ class InflatingSource(ShardSource):
 
     def close(self) -> None:
         self.shard.close()
+
+
+def check_described(spec: ShardSpec, storage: Storage) -> None:
+    """Checks a remote shard against what its manifest said of it (one request).
+
+    Raises:
+        StaleIndexError: its size or version differs: the data changed since the manifest was written.
+    """
+    from .manifest import stale_shard
+
+    storage.requests.add(1)
+    info = file_info(spec.path, storage.storage_options)
+    version = file_version(info)
+    if int(info["size"]) != spec.stored_size:
+        raise stale_shard(spec.manifest, spec.path, f"{info['size']} bytes, not {spec.stored_size}")
+    if spec.version and version and version != spec.version:
+        raise stale_shard(spec.manifest, spec.path, f"version {version!r}, not {spec.version!r}")
 
 
 def open_source(spec: ShardSpec, storage: Storage, *, window: int = 0) -> ShardSource:

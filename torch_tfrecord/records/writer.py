@@ -127,6 +127,11 @@ class RecordWriter:
         """Uncompressed bytes written so far, framing included."""
         return self._bytes
 
+    @property
+    def framed_sizes(self) -> list[int]:
+        """The framed size of each record written so far (its index, offsets aside)."""
+        return self._framed_sizes.tolist()
+
     def write(self, payload: bytes | bytearray | memoryview) -> None:
         """Appends one record.
 
@@ -235,6 +240,7 @@ class ShardedRecordWriter:
         compression: WriteCompression = None,
         write_index: bool = True,
         storage_options: StorageOptions = None,
+        write_manifest: bool = True,
     ) -> None:
         if max_records is None and max_bytes is None:
             raise ValueError("give max_records, max_bytes or both")
@@ -256,6 +262,7 @@ class ShardedRecordWriter:
         self.max_bytes = max_bytes
         self.compression: WriteCompression = compression
         self.write_index = write_index
+        self.write_manifest = write_manifest
         self.shard_paths: list[str] = []
         self._shards: list[RecordWriter] = []
         self._closed = False
@@ -319,6 +326,18 @@ class ShardedRecordWriter:
             shard._publish(path)
         self._closed = True
         self.shard_paths = final
+        if self.write_manifest:
+            from .manifest import write_shards_manifest
+
+            sizes = [shard.framed_sizes for shard in self._shards]
+            write_shards_manifest(
+                self.prefix,
+                final,
+                sizes,
+                self.storage_options,
+                compression=self.compression,
+                indexed=self.write_index,
+            )
         return final
 
     def abort(self) -> None:

@@ -25,6 +25,7 @@ from ...records import remote
 from ...records.atomic import remove_quietly
 from ...records.index import default_index_path
 from ...records.io import PathLike, StorageOptions, exists, is_url, join, local_path
+from ...records.manifest import write_shards_manifest
 from ...records.writer import RecordWriter, WriteCompression
 from ._arrow import encode_table
 
@@ -41,6 +42,7 @@ class ShardPiece:
     piece: int
     path: str
     records: int
+    framed_sizes: list[int]  # each record's (for the dataset's manifest)
 
 
 class TFRecordDatasink(Datasink[list[ShardPiece]]):
@@ -118,7 +120,7 @@ class TFRecordDatasink(Datasink[list[ShardPiece]]):
 
     def _finish(self, task: int, piece: int, writer: RecordWriter) -> ShardPiece:
         writer.close()
-        return ShardPiece(task, piece, writer.path, writer.records_written)
+        return ShardPiece(task, piece, writer.path, writer.records_written, writer.framed_sizes)
 
     def on_write_complete(self, write_result: Any) -> None:
         """Renames the pieces to their final names, in task order; removes leftovers."""
@@ -142,6 +144,10 @@ class TFRecordDatasink(Datasink[list[ShardPiece]]):
         for path in final[len(pieces) :]:  # fewer tasks than num_shards: empty shards
             RecordWriter(path, compression=self.compression, storage_options=self.storage_options).close()
         self._remove_leftovers()
+        sizes = [piece.framed_sizes for piece in pieces] + [[]] * (total - len(pieces))
+        write_shards_manifest(
+            join(self.directory, self.name), final, sizes, self.storage_options, compression=self.compression
+        )
         self.shard_paths = final
         logger.info("wrote %d records into %d shards %s", sum(p.records for p in pieces), total, final[:1])
 

@@ -217,6 +217,7 @@ def check_compressed_index(
     *,
     allow_damaged: bool = False,
     storage_options: StorageOptions = None,
+    size: int | None = None,
 ) -> None:
     """Checks that a compressed index describes its data file: its size and checksum trailer,
     and records that lie back to back from byte 0 of the uncompressed stream.
@@ -230,7 +231,7 @@ def check_compressed_index(
         StaleIndexError: naming both files and what differs, or the damage.
     """
     where = f"compressed index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
-    size = file_size(data_path, storage_options)
+    size = file_size(data_path, storage_options) if size is None else size  # (known from a listing)
     if size != index.compressed_size:
         raise StaleIndexError(
             f"{where}: it was built for a file of {index.compressed_size} bytes, this one has {size} "

@@ -116,10 +116,13 @@ def _fetch(
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
 
 
-def read_through(cache: ShardCache, url: str, storage_options: StorageOptions = None) -> bytes:
+def read_through(
+    cache: ShardCache, url: str, storage_options: StorageOptions = None, info: dict[str, Any] | None = None
+) -> bytes:
     """The whole (small) object at ``url`` (an index file), from its cached copy, which is
-    fetched first if there is none; from the store when the cache cannot take it."""
-    info = file_info(url, storage_options)
+    fetched first if there is none; from the store when the cache cannot take it. ``info``:
+    fsspec's info of the object when known (a listing said it), not looked up again."""
+    info = file_info(url, storage_options) if info is None else info
     size, version = int(info["size"]), file_version(info)
     path = cache.lookup(url, size, version) or download(
         cache, url, size, version, storage_options, recheck=size > _FIRST_CHUNK

@@ -8,6 +8,8 @@ Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
 
 from __future__ import annotations
 
+import dataclasses
+import fnmatch
 import itertools
 import os
 import posixpath
@@ -22,6 +24,7 @@ from ...support.extras import install_hint
 from .retry import retrying
 
 __all__ = [
+    "Listed",
     "StorageOptions",
     "exists",
     "expand",
@@ -100,7 +103,7 @@ def filesystem(url: str, storage_options: StorageOptions = None) -> tuple[Any, s
 
 T = TypeVar("T")
 # Objects looked up at once when a dataset is made (each lookup is a request or more).
-_LOOKUPS_AT_ONCE = 16
+_LOOKUPS_AT_ONCE = 64
 
 
 def for_each_path(call: Callable[[str], T], paths: Sequence[str]) -> list[T]:
@@ -126,35 +129,61 @@ def exists(url: str, storage_options: StorageOptions = None) -> bool:
     return bool(retrying(lambda: fs.exists(path), url, "looking up"))
 
 
-def expand(url: str, storage_options: StorageOptions = None) -> tuple[list[tuple[str, str]], str]:
-    """The files a remote source names, as ``(full URL, path below the source)``, and what it
-    was (for error messages).
+@dataclasses.dataclass
+class Listed:
+    """What listing a remote source found.
+
+    Attributes:
+        entries: the files it names, as ``(full URL, path below the source)``.
+        kind: ``"glob"``, ``"directory"`` or ``"file"`` (for error messages).
+        infos: fsspec's ``info`` of every object the listing saw, by full URL: the files named,
+            and those beside them (indexes, manifests), with no request of their own.
+        complete: the folders (full URLs) whose every object is in ``infos``: a name in one of
+            them that is not in ``infos`` does not exist.
+    """
+
+    entries: list[tuple[str, str]]
+    kind: str
+    infos: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    complete: set[str] = dataclasses.field(default_factory=set)
+
+
+def expand(url: str, storage_options: StorageOptions = None) -> Listed:
+    """The files a remote source names (see :class:`Listed`), in one listing where it can.
 
     A directory (or bucket prefix) stands for the files in it and below it, at any depth; a
-    glob for its matches (the path below the glob's fixed prefix); anything else for itself, if
-    it exists.
+    glob for its matches (the path below the glob's fixed prefix: a glob whose wildcards are in
+    its last part alone lists that folder, so the files beside the matches come with it);
+    anything else for itself, if it exists.
     """
     fs, path = filesystem(url, storage_options)
     if any(char in path for char in "*?["):
-        found = retrying(lambda: fs.glob(path, detail=True), url, "listing")
+        folder, _, pattern = path.rpartition("/")
+        complete: set[str] = set()
+        if folder and not any(char in folder for char in "*?["):
+            listed = retrying(lambda: _ls_or_empty(fs, folder), url, "listing")
+            seen = {e["name"]: e for e in listed if e.get("type") != "directory"}
+            found = {p: e for p, e in seen.items() if fnmatch.fnmatchcase(posixpath.basename(p), pattern)}
+            complete.add(fs.unstrip_protocol(folder))
+        else:
+            globbed = retrying(lambda: fs.glob(path, detail=True), url, "listing")
+            seen = found = {p: e for p, e in globbed.items() if e.get("type") != "directory"}
         prefix = _fixed_prefix(path)
-        return [
-            (fs.unstrip_protocol(p), _below(p, prefix))
-            for p, info in found.items()
-            if info.get("type") != "directory"
-        ], "glob"
+        entries = [(fs.unstrip_protocol(p), _below(p, prefix)) for p in found]
+        infos = {fs.unstrip_protocol(p): e for p, e in seen.items()}
+        return Listed(entries, "glob", infos, complete)
     info = retrying(lambda: _info_or_none(fs, path), url, "looking up")
     if info is None:
         raise SourceNotFoundError(f"no such file or directory: {url!r}")
     if info.get("type") == "directory":
-        entries = retrying(lambda: fs.find(path, detail=True), url, "listing")
+        found = retrying(lambda: fs.find(path, detail=True), url, "listing")
         root = path.rstrip("/")
-        return [
-            (fs.unstrip_protocol(p), _below(p, root))
-            for p, e in entries.items()
-            if e.get("type") != "directory"
-        ], "directory"
-    return [(url, posixpath.basename(path))], "file"
+        files = {p: e for p, e in found.items() if e.get("type") != "directory"}
+        entries = [(fs.unstrip_protocol(p), _below(p, root)) for p in files]
+        infos = {fs.unstrip_protocol(p): e for p, e in files.items()}
+        folders = {fs.unstrip_protocol(posixpath.dirname(p)) for p in files} | {fs.unstrip_protocol(root)}
+        return Listed(entries, "directory", infos, folders)
+    return Listed([(url, posixpath.basename(path))], "file", {url: info})
 
 
 def _fixed_prefix(pattern: str) -> str:
@@ -169,6 +198,13 @@ def _below(path: str, root: str) -> str:
     if root and path.startswith(root + "/"):
         return path[len(root) + 1 :]
     return posixpath.basename(path)
+
+
+def _ls_or_empty(fs: Any, folder: str) -> list[dict[str, Any]]:
+    try:
+        return fs.ls(folder, detail=True)  # type: ignore[no-any-return]
+    except FileNotFoundError:  # no such folder: a glob in it matches nothing
+        return []
 
 
 def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
@@ -190,9 +226,16 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
 
 
 def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
-    """The whole object at ``url`` (retried)."""
+    """The whole object at ``url`` (retried), in one request: asked for as the range from byte 0
+    on (asked for whole, s3fs first looks up the object's size); an empty object, whose ranges S3
+    refuses, is then asked for whole."""
     fs, path = filesystem(url, storage_options)
-    return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+    try:
+        return retrying(lambda: fs.cat_file(path, start=0), url, "reading")  # type: ignore[no-any-return]
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError):
+        return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
 
 
 def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:

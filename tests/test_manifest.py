@@ -1,0 +1,183 @@
+"""A dataset's manifest (torch_tfrecord/records/manifest.py, data/manifest_files.py): written by the
+writers, read as a source or found beside the shards, checked as it is read and against the shards,
+and what it saves: the requests a rank makes to start."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import torch_tfrecord as tt
+from torch_tfrecord.records import manifest as manifest_module
+from torch_tfrecord.records import remote
+from torch_tfrecord.records.manifest import decode_manifest, read_manifest
+
+SPEC = {"id": tt.FixedLen((), torch.int64)}
+
+
+def _write(prefix: Path | str, shards: int = 4, per_shard: int = 25, **options: Any) -> list[str]:
+    with tt.ShardedWriter(str(prefix), max_records=per_shard, **options) as writer:
+        for i in range(shards * per_shard):
+            writer.write({"id": i, "pad": b"x" * (i % 17)})
+    return writer.shard_paths
+
+
+def _ids(dataset: tt.TFRecordDataset) -> list[int]:
+    """The ids read, padding left out."""
+    ids, padding = [], []
+    for batch in dataset:
+        ids += torch.as_tensor(batch["id"]).reshape(-1).tolist()
+        padding += torch.as_tensor(batch["_padding"]).reshape(-1).tolist()
+    return [i for i, pad in zip(ids, padding, strict=True) if not pad]
+
+
+def test_a_writer_leaves_a_manifest_and_a_reader_starts_from_it(tmp_path: Path) -> None:
+    paths = _write(tmp_path / "train")
+    found = read_manifest(str(tmp_path / "train.manifest.json"))
+    assert found.shard_paths() == paths and [s.records for s in found.shards] == [25] * 4
+    assert [s.size for s in found.shards] == [os.path.getsize(p) for p in paths]
+    assert found.tables == "train.manifest.tables.npz"
+    for path in paths:  # the zipped tables stand in for the indexes: none is read
+        os.remove(path + ".idx")
+    named = tt.TFRecordDataset(str(tmp_path / "train.manifest.json"), spec=SPEC, batch_size=10, shuffle=False)
+    beside = tt.TFRecordDataset(str(tmp_path / "train-*.tfrecord"), spec=SPEC, batch_size=10, shuffle=False)
+    assert _ids(named) == _ids(beside) == list(range(100))
+    assert named.files.fingerprint == beside.files.fingerprint
+
+
+def test_without_tables_each_index_is_fetched_when_its_shard_is_first_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(manifest_module, "TABLES_LIMIT", 0)
+    _write(tmp_path / "train")
+    assert read_manifest(str(tmp_path / "train.manifest.json")).tables == ""
+    dataset = tt.TFRecordDataset(
+        str(tmp_path / "train.manifest.json"), spec=SPEC, batch_size=5, shuffle=False
+    )
+    assert dataset.files.tables.pending == 4 and dataset.num_records == 100  # counts from the manifest
+    first = next(iter(dataset))
+    assert first["id"].tolist() == [0, 1, 2, 3, 4] and dataset.files.tables.pending == 3
+    assert sorted(_ids(tt.TFRecordDataset(str(tmp_path / "train.manifest.json"), spec=SPEC))) == list(
+        range(100)
+    )
+
+
+def test_a_stale_manifest_names_the_shard(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = _write(tmp_path / "train")
+    with open(paths[2], "ab") as handle:  # a shard that grew since the manifest was written
+        handle.write(b"\0" * 16)
+    with pytest.raises(tt.StaleIndexError, match=r"train-00002-of-00004.*train\.manifest\.json"):
+        tt.TFRecordDataset(str(tmp_path / "train.manifest.json"), spec=SPEC)
+    # Remote, without tables: found when the shard's index is fetched, or when it is first opened.
+    monkeypatch.setattr(manifest_module, "TABLES_LIMIT", 0)
+    urls = _write("memory://stale/train")
+    remote.write_bytes(urls[1], remote.read_bytes(urls[1]) + b"\0" * 16)
+    dataset = tt.TFRecordDataset(
+        "memory://stale/train.manifest.json", spec=SPEC, batch_size=5, shuffle=False, cache_dir=False
+    )
+    with pytest.raises(tt.StaleIndexError, match=r"train-00001-of-00004.*manifest"):
+        _ids(dataset)
+
+
+def test_a_manifest_of_other_data_or_a_bad_one_is_refused_clearly(tmp_path: Path) -> None:
+    _write(tmp_path / "train")
+    _write(tmp_path / "eval", shards=2)
+    # Beside a glob, the manifest of other shards is not used (the glob's shards are read as they are).
+    only_eval = tt.TFRecordDataset(str(tmp_path / "eval-*.tfrecord"), spec=SPEC, shuffle=False)
+    assert only_eval.num_records == 50
+    location = str(tmp_path / "train.manifest.json")
+    text = Path(location).read_text()
+    with pytest.raises(tt.IndexFormatError, match="not JSON"):
+        decode_manifest(text[: len(text) // 2].encode(), location)  # truncated
+    with pytest.raises(tt.IndexFormatError, match="not a torch_tfrecord manifest"):
+        decode_manifest(b'{"format": "something/else"}', location)
+    escaping = json.loads(text)
+    escaping["shards"][0]["name"] = "../elsewhere.tfrecord"
+    with pytest.raises(tt.IndexFormatError, match="does not stay in the manifest's folder"):
+        decode_manifest(json.dumps(escaping).encode(), location)
+    crowded = json.loads(text)
+    crowded["shards"][0]["records"] = 10**9
+    with pytest.raises(tt.IndexFormatError, match="cannot hold"):
+        decode_manifest(json.dumps(crowded).encode(), location)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copy(location, moved / "train.manifest.json")  # the shards stayed behind
+    with pytest.raises(tt.SourceNotFoundError, match="does not exist"):
+        tt.TFRecordDataset(str(moved / "train.manifest.json"), spec=SPEC)
+    with pytest.raises(ValueError, match="give it alone"):
+        tt.TFRecordDataset([location, str(tmp_path / "eval-00000-of-00002.tfrecord")], spec=SPEC)
+
+
+def test_the_manifest_keeps_the_shards_compression_and_the_converters_leave_one(tmp_path: Path) -> None:
+    paths = _write(tmp_path / "gz" / "train", compression="gzip")
+    found = read_manifest(str(tmp_path / "gz" / "train.manifest.json"))
+    assert {s.compression for s in found.shards} == {"gzip"} and found.tables == ""
+    dataset = tt.TFRecordDataset(str(tmp_path / "gz" / "train.manifest.json"), spec=SPEC, shuffle=False)
+    assert [int(s["id"]) for s in dataset] == list(range(100)) and len(paths) == 4
+    result = tt.write_dataset([{"id": i} for i in range(30)], tmp_path / "converted", spec=SPEC)
+    manifests = sorted(p.name for p in (tmp_path / "converted").glob("*.manifest.json"))
+    assert manifests and read_manifest(str(tmp_path / "converted" / manifests[0])).shards
+    assert result is not None
+
+
+def test_the_command_line_writes_one_for_data_that_exists(tmp_path: Path) -> None:
+    paths = _write(tmp_path / "data" / "train")
+    (tmp_path / "data" / "train.manifest.json").unlink()
+    (tmp_path / "data" / "train.manifest.tables.npz").unlink()
+    done = subprocess.run(
+        [sys.executable, "-m", "index_tools", "manifest", str(tmp_path / "data" / "train-*.tfrecord")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "4 shards, 100 records" in done.stdout
+    found = read_manifest(str(tmp_path / "data" / "train.manifest.json"))
+    assert found.shard_paths() == paths and all(s.index.endswith(".idx") for s in found.shards)
+
+
+def _requests(proxy: Any) -> int:
+    return sum(proxy.requests.values())
+
+
+def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_without(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("s3fs")
+    import fsspec
+    from remote_servers import FaultProxy, moto_server, s3_options
+
+    local = _write(tmp_path / "train", shards=60, per_shard=5)
+    with moto_server() as endpoint, FaultProxy(endpoint) as proxy:
+        options = s3_options(endpoint)
+        fs = fsspec.filesystem("s3", **options)
+        fs.mkdir("bucket")
+        for path in sorted(tmp_path.iterdir()):
+            fs.put_file(str(path), f"bucket/d/{path.name}")
+        via = s3_options(proxy.url)
+        expected = sorted(_ids(tt.TFRecordDataset(local, spec=SPEC)))
+
+        def start(source: str) -> tuple[int, tt.TFRecordDataset]:
+            proxy.reset()
+            fsspec.AbstractFileSystem.clear_instance_cache()
+            dataset = tt.TFRecordDataset(
+                source, spec=SPEC, batch_size=8, drop_last=False, storage_options=via, cache_dir=False
+            )
+            return _requests(proxy), dataset
+
+        named, dataset = start("s3://bucket/d/train.manifest.json")
+        assert named <= 2, proxy.requests  # the manifest and its tables
+        assert sorted(_ids(dataset)) == expected
+        found, dataset = start("s3://bucket/d/train-*.tfrecord")
+        assert found <= 3, proxy.requests  # one listing, the manifest found in it, its tables
+        fs.rm("bucket/d/train.manifest.json")
+        listed, dataset = start("s3://bucket/d/train-*.tfrecord")
+        assert listed <= 60 + 2, proxy.requests  # one listing, then one request per shard: its index
+        assert sorted(_ids(dataset)) == expected
