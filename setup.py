@@ -31,6 +31,7 @@ NATIVE_SOURCES = [
     "torch_tfrecord/codec/_wire.c",
     "torch_tfrecord/data/_permutation.c",
     "torch_tfrecord/data/_byte_ring.c",
+    "torch_tfrecord/data/_packing.c",
 ]
 NATIVE_HEADERS = [
     "torch_tfrecord/support/_native.h",
@@ -41,6 +42,7 @@ NATIVE_HEADERS = [
     "torch_tfrecord/codec/_wire.h",
     "torch_tfrecord/data/_permutation.h",
     "torch_tfrecord/data/_byte_ring.h",
+    "torch_tfrecord/data/_packing.h",
 ]
 JPEG_SOURCES = ["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"]
 JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h", "torch_tfrecord/support/_cpu.h"]

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torch_tfrecord as tt
 from torch_tfrecord.records import manifest as manifest_module
@@ -181,3 +183,87 @@ def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_witho
         listed, dataset = start("s3://bucket/d/train-*.tfrecord")
         assert listed <= 60 + 2, proxy.requests  # one listing, then one request per shard: its index
         assert sorted(_ids(dataset)) == expected
+
+
+def test_from_tfds_and_the_viewer_take_a_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TFDS directory described by `tfrecord-index manifest`: from_tfds reads its shards' sizes and
+    counts from it (each index fetched, or scanned, when its shard is first read); the viewer lists
+    what a manifest names."""
+    from torch_tfrecord.integrations.tfds import from_tfds
+    from torch_tfrecord.viewer.sources import expand_paths
+
+    source = Path(__file__).resolve().parent / "data" / "tfds" / "golden_features" / "1.0.0"
+    folder = tmp_path / "golden_features" / "1.0.0"
+    shutil.copytree(source, folder)
+    plain = from_tfds(folder, "train", shuffle=False, drop_last=False)
+    expected = [int(s["id"]) for s in plain]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "index_tools",
+            "manifest",
+            str(folder),
+            "--out",
+            str(folder / "all.manifest.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    scans: list[str] = []
+    from torch_tfrecord.records import index as index_module
+
+    original = index_module.build_index
+    monkeypatch.setattr(
+        index_module, "build_index", lambda path, **kw: scans.append(str(path)) or original(path, **kw)
+    )
+    described = from_tfds(folder, "train", shuffle=False, drop_last=False)
+    assert scans == [] and described.files.tables.pending == 0  # its zipped tables: nothing scanned
+    assert [int(s["id"]) for s in described] == expected
+    files, counts = expand_paths([str(folder / "all.manifest.json")])
+    assert (
+        files == read_manifest(str(folder / "all.manifest.json")).shard_paths() and sum(counts.values()) > 0
+    )
+
+
+_names = st.text(alphabet="abcdefghij0123456789-_.", min_size=1, max_size=12).filter(
+    lambda name: name not in (".", "..")
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shards=st.lists(
+        st.tuples(
+            st.lists(_names, min_size=1, max_size=3).map("/".join),
+            st.integers(0, 1 << 40),
+            st.integers(0, 1 << 20),
+            st.sampled_from(["", "etag-1", '"x"']),
+            st.sampled_from(["", "gzip", "zlib"]),
+        ),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda shard: shard[0],
+    ),
+    cut=st.integers(0, 400),
+)
+def test_a_manifest_round_trips_and_any_cut_of_it_is_refused_by_name(
+    shards: list[tuple[str, int, int, str, str]], cut: int
+) -> None:
+    from torch_tfrecord.records.manifest import Manifest, ManifestShard, encode_manifest
+
+    entries = tuple(
+        ManifestShard(
+            name, max(size, records * 16), records, version, f"{name}.idx" if not kind else "", kind
+        )
+        for name, size, records, version, kind in shards
+    )
+    location = "memory://bucket/data/train.manifest.json"
+    manifest = Manifest(location, entries, "train.manifest.tables.npz" if len(entries) % 2 else "")
+    data = encode_manifest(manifest)
+    assert decode_manifest(data, location) == manifest
+    assert all(path.startswith("memory://bucket/data/") for path in manifest.shard_paths())
+    if cut < len(data) - 2:  # a manifest cut short (its end is a newline after the closing brace)
+        with pytest.raises(tt.IndexFormatError, match="train.manifest.json"):
+            decode_manifest(data[:cut], location)

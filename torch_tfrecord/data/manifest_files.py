@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from ..errors import IndexFormatError, StaleIndexError
 from ..records.compressed.index import CompressedIndex, decode_compressed_index, is_compressed_index
-from ..records.index import check_table, decode_index, read_index_bytes
+from ..records.index import check_table, decode_index, max_index_bytes, read_index_bytes
 from ..records.io import PathLike, SourceListing, StorageOptions, is_url, local_path
 from ..records.manifest import MANIFEST_SUFFIX, Manifest, is_manifest, read_manifest, read_tables, stale_shard
 from ..records.remote import for_each_path
@@ -29,7 +29,7 @@ from ..records.remote.cached import read_through
 from ..records.sources import ShardKind, ShardSpec
 from .shard_tables import TableLoader
 
-__all__ = ["ManifestFiles", "find_manifest", "manifest_files"]
+__all__ = ["ManifestFiles", "find_manifest", "manifest_covering", "manifest_files"]
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,33 @@ def find_manifest(
     return None
 
 
+def manifest_covering(paths: Sequence[str], storage_options: StorageOptions) -> Manifest | None:
+    """A manifest in the folder of ``paths`` that lists every one of them (for a TFDS directory,
+    whose shards ``tfrecord-index manifest`` described); None where there is none (one listing)."""
+    import glob as local_glob
+
+    from ..records import remote
+
+    if not paths:
+        return None
+    first = paths[0]
+    folder = first.rsplit("/", 1)[0] if is_url(first) else os.path.dirname(local_path(first))
+    if is_url(first):
+        found = [url for url, _ in remote.expand(f"{folder}/*{MANIFEST_SUFFIX}", storage_options).entries]
+    else:
+        found = local_glob.glob(os.path.join(local_glob.escape(folder), "*" + MANIFEST_SUFFIX))
+    wanted = set(paths)
+    for candidate in sorted(found):
+        try:
+            manifest = read_manifest(candidate, storage_options)
+        except (OSError, IndexFormatError) as error:
+            logger.info("%r is not used: %s", candidate, error)
+            continue
+        if wanted <= set(manifest.shard_paths()):
+            return manifest
+    return None
+
+
 def _candidates(listing: SourceListing) -> list[str]:
     """Manifests beside the shards whose name is a prefix of every shard's name."""
     names = {path.rsplit("/", 1)[-1] if is_url(path) else os.path.basename(path) for path in listing.paths}
@@ -102,14 +129,26 @@ def _candidates(listing: SourceListing) -> list[str]:
 
 
 def _check_against_listing(manifest: Manifest, listing: SourceListing) -> None:
+    """Checks each shard's size and version against what the listing saw (no request): a shard the
+    listing vouches for is not looked up again when it is first read."""
+    from ..records.remote.cached import file_version
+
     for path, shard in zip(manifest.shard_paths(), manifest.shards, strict=True):
         info = listing.info(path)
-        if info is not None and int(info["size"]) != shard.size:
+        if info is None:
+            continue
+        if int(info["size"]) != shard.size:
             raise stale_shard(manifest.location, path, f"{info['size']} bytes, not {shard.size}")
+        version = file_version(info)
+        if shard.version and version and version != shard.version:
+            raise stale_shard(manifest.location, path, f"version {version!r}, not {shard.version!r}")
 
 
 def manifest_files(
-    manifest: Manifest, storage_options: StorageOptions, cache: ShardCache | None
+    manifest: Manifest,
+    storage_options: StorageOptions,
+    cache: ShardCache | None,
+    listing: SourceListing | None = None,
 ) -> ManifestFiles:
     """The shards of ``manifest``: specs and counts from it (local sizes checked now), tables from its
     zipped tables, else fetched when each shard is first read (a compressed shard's index now).
@@ -156,7 +195,9 @@ def manifest_files(
             if tables[i] is None:
                 tables[i] = _loader(manifest, i, storage_options, cache)
         inflated = index if isinstance(index, CompressedIndex) else None
-        specs.append(ShardSpec(path, size, kind, shard.version, shard.size, inflated, manifest.location))
+        vouched = listing is not None and listing.info(path) is not None  # (checked against the listing)
+        described = "" if vouched else manifest.location
+        specs.append(ShardSpec(path, size, kind, shard.version, shard.size, inflated, described))
     counts = [shard.records for shard in manifest.shards]
     return ManifestFiles(manifest, paths, specs, counts, tables, manifest.spec)
 
@@ -189,13 +230,14 @@ def _load(
         table = build_index(path, storage_options=options)
         where = f"the scan of {path!r}"
     else:
+        limit = max_index_bytes(entry.size)  # (what an honest index of the shard can hold)
         data = (
-            read_through(cache, index_path, options)
+            read_through(cache, index_path, options, limit=limit)
             if cache is not None and is_url(index_path)
-            else read_index_bytes(index_path, options)
+            else read_index_bytes(index_path, options, limit)
         )
         if is_compressed_index(data):
-            found = decode_compressed_index(data, index_path)
+            found = decode_compressed_index(data, index_path, data_size=entry.size, data_path=path)
             if found.compressed_size != entry.size or len(found.table) != entry.records:
                 raise stale_shard(manifest.location, path, f"its index {index_path!r} is of another file")
             return found

@@ -90,8 +90,12 @@ class ShardTables:
                 self.arrays[shard] = table
                 self._pending.pop(shard, None)
 
-    def select(self, shard: int, start: int, stop: int) -> Table:
-        """Rows ``[start, stop)`` of shard ``shard``'s table."""
+    def part(self, shard: int, start: int, stop: int) -> Table | TableLoader:
+        """Rows ``[start, stop)`` of shard ``shard``'s table; for a whole table not fetched yet, its
+        loader (so that a selection of whole shards fetches nothing)."""
+        loader = self._pending.get(shard)
+        if loader is not None and (start, stop) == (0, int(self.counts[shard])):
+            return loader
         return self[shard][start:stop]
 
     def __getstate__(self) -> dict[str, Any]:

@@ -140,7 +140,7 @@ class RecordFiles:
         manifest = None if index is not None else find_manifest(sources, listing, storage_options)
         if manifest is not None:
             cache = make_cache(manifest.shard_paths(), cache_dir, cache_limit)
-            found = manifest_files(manifest, storage_options, cache)
+            found = manifest_files(manifest, storage_options, cache, listing)
             files = cls(
                 found.paths, found.tables, storage_options, cache, specs=found.specs, counts=found.counts
             )
@@ -167,7 +167,7 @@ class RecordFiles:
             IndexError: a shard number out of range.
             ValueError: a range that is not within its shard's records, or a compressed shard.
         """
-        paths, tables, specs = [], [], []
+        paths, tables, specs, counts = [], [], [], []
         for shard, start, stop in ranges:
             if not 0 <= shard < len(self.paths):
                 raise IndexError(f"shard {shard} out of range for {len(self.paths)} files")
@@ -183,9 +183,12 @@ class RecordFiles:
                     "a selection of its records is not supported (select from uncompressed shards)"
                 )
             paths.append(self.paths[shard])
-            tables.append(self.tables[shard][start:stop])
+            tables.append(self.tables.part(shard, start, stop))
             specs.append(spec)
-        return RecordFiles(paths, tables, self.storage_options, self.cache, specs=specs)
+            counts.append(stop - start)
+        selected = RecordFiles(paths, tables, self.storage_options, self.cache, specs=specs, counts=counts)
+        selected.saved_spec = self.saved_spec
+        return selected
 
     @property
     def remote_requests(self) -> int:

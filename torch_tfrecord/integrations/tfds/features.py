@@ -280,8 +280,20 @@ def parse_features(
 
     Raises:
         UnsupportedFeatureError: a connector not read here, named with its path.
+        SpecError: a malformed ``features.json``, named with the feature's path.
     """
-    labels = labels or {}
+    where = f"feature {path!r}" if path else "features.json"
+    if not isinstance(document, Mapping):
+        raise SpecError(f"{where}: expected a JSON object, found {type(document).__name__}")
+    try:
+        return _parse_features(document, labels or {}, path)
+    except SpecError:
+        raise
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, RecursionError) as error:
+        raise SpecError(f"{where} is malformed ({type(error).__name__}: {str(error)[:200]})") from None
+
+
+def _parse_features(document: Mapping[str, Any], labels: Mapping[str, tuple[str, ...]], path: str) -> Feature:
     where = f"feature {path!r}" if path else "features.json"
     if "type" in document and "content" in document and "pythonClassName" not in document:
         document = from_legacy(document, where)  # TFDS before 4.0

@@ -15,6 +15,7 @@ from typing import Any
 from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
+from ...data.manifest_files import manifest_covering, manifest_files
 from ...data.shard_index import IndexArg, resolve_index
 from ...data.shards import CacheDir, RecordFiles, make_cache
 from ...records.io import StorageOptions
@@ -71,7 +72,8 @@ def split_files(
 
     Each shard's index is read or built as for any dataset (remote shards, which TFDS leaves
     without one, scanned once from their cached copy: see ``cache_dir``), and its record count
-    checked against ``shardLengths``.
+    checked against ``shardLengths``; with a manifest of the shards in their folder (``tfrecord-index
+    manifest``), from it, each index fetched when its shard is first read.
 
     Raises:
         TFDSFormatError: a shard holds another number of records than dataset_info.json says.
@@ -85,8 +87,22 @@ def split_files(
             places[(piece.split, piece.shard)] = len(paths)
             paths.append(info.shard_paths(piece.split)[piece.shard])
     cache = make_cache(paths, cache_dir, cache_limit)
-    indexes = [resolve_index(path, index, storage_options, "raise", cache) for path in paths]
-    files = RecordFiles(paths, indexes, storage_options, cache)
+    manifest = manifest_covering(paths, storage_options) if index is None else None
+    if manifest is not None:  # (written by `tfrecord-index manifest`): no shard read to start
+        found = manifest_files(manifest, storage_options, cache)
+        at = {path: number for number, path in enumerate(found.paths)}
+        picks = [at[path] for path in paths]
+        files = RecordFiles(
+            paths,
+            [found.tables[i] for i in picks],
+            storage_options,
+            cache,
+            specs=[found.specs[i] for i in picks],
+            counts=[found.counts[i] for i in picks],
+        )
+    else:
+        indexes = [resolve_index(path, index, storage_options, "raise", cache) for path in paths]
+        files = RecordFiles(paths, indexes, storage_options, cache)
     for (name, shard), place in places.items():
         expected = info.splits[name].shard_lengths[shard]
         if files.counts[place] != expected:
