@@ -793,7 +793,7 @@ def test_python_decoder_forced_never_calls_the_extension(monkeypatch: pytest.Mon
 
 def test_without_the_extension_warns_once_and_decodes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native, "_native", None)
-    monkeypatch.setattr(native, "_warned", False)
+    monkeypatch.setattr(_extension, "_warned", set())
     monkeypatch.delenv(native.ENV_VAR, raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -801,7 +801,8 @@ def test_without_the_extension_warns_once_and_decodes(monkeypatch: pytest.Monkey
         tt.decode_batch([good_record(2)], SPEC)
     assert [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)] == [
         "torch_tfrecord: the native decoder is not built (no C compiler at install time?); "
-        "decoding with the protobuf runtime, several times slower"
+        "decoding with the protobuf runtime, several times slower "
+        "(`torch-tfrecord doctor` says how to get it)"
     ]
     monkeypatch.setenv(native.ENV_VAR, "native")
     with pytest.raises(ImportError, match="not built"):

@@ -258,7 +258,7 @@ def decode_index(data: bytes, index_path: PathLike = "<bytes>") -> npt.NDArray[n
     if _native is not None:  # the canonical form in one pass of compiled code
         rows = np.empty((data.count(b"\n") + 1, 2), dtype=np.int64)  # a row per line
         count = _native.parse_index(data, rows)
-        if count >= 0:
+        if count != _native.INDEX_NOT_CANONICAL:
             return rows[:count]
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if lines and data.count(b" ") == lines and b"-" not in data and b"+" not in data:
