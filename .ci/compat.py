@@ -77,7 +77,7 @@ REPORTED = [
 # which tests/test_compat.py checks against the results.)
 FLOORED = [
     "torch", "numpy", "protobuf", "crc32c", "lightning", "torchdata", "torchvision", "pillow", "fsspec",
-    "s3fs", "gcsfs", "filelock",
+    "s3fs", "gcsfs",
 ]  # fmt: skip
 # The suite's own limit on a process group (tests/gloo.py): such a test proved nothing either way (on a
 # loaded machine, a slow start); it is shown as timed out, and is not held against a claim.

@@ -203,9 +203,9 @@ def read_index_bytes(
         data = remote.read_bytes(name, storage_options, limit)
         size = len(data)
     else:
-        size = os.path.getsize(local_path(name))
-        if limit is None or size <= limit:
-            with open_binary(name) as f:
+        with open_binary(name) as f:
+            size = os.fstat(f.fileno()).st_size
+            if limit is None or size <= limit:
                 data = f.read()
     if limit is not None and size > limit:
         raise IndexFormatError(
