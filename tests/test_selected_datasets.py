@@ -283,3 +283,84 @@ def test_gloo_two_ranks_killed_mid_epoch_resume_on_three(shards: str, tmp_path: 
     assert len({r["len"] for r in resumed}) == 1 and [r["taken"] for r in resumed] == [resumed[0]["len"]] * 3
     ids = [i for r in first for i in r["ids"]] + [i for r in resumed for i in r["ids"]]
     assert sorted(ids) == selection.record_ids().tolist()  # epoch 1: each selected record once
+
+
+# -- remote: only the selected records' bytes ---------------------------------------------------
+
+REMOTE_RECORDS = 2000  # 8 shards of 250 records of ~4 KB
+BLOB = 4000
+
+
+@pytest.fixture(scope="module")
+def s3() -> Any:
+    """The endpoint, with 8 shards (their indexes and manifest) under s3://bucket/s/; and their bytes."""
+    pytest.importorskip("s3fs")
+    import fsspec
+    from remote_servers import moto_server, s3_options
+
+    with moto_server() as endpoint:
+        options = s3_options(endpoint)
+        fs = fsspec.filesystem("s3", **options)
+        fs.mkdir("bucket")
+        with tt.ShardedWriter("s3://bucket/s/train", max_records=250, storage_options=options) as writer:
+            for record in range(REMOTE_RECORDS):
+                writer.write({"id": record, "blob": bytes([record % 251]) * BLOB})
+        yield endpoint, sum(fs.size(p) for p in fs.glob("bucket/s/*.tfrecord"))
+
+
+def _shard_bytes(by_path: dict[str, int]) -> int:
+    return sum(count for path, count in by_path.items() if path.endswith(".tfrecord"))
+
+
+@pytest.mark.usefixtures("fast_retries")
+@pytest.mark.parametrize("cache_dir", [None, False])
+def test_a_one_percent_selection_of_remote_shards_fetches_about_one_percent(
+    s3: tuple[str, int], cache_dir: Any
+) -> None:
+    from remote_servers import FaultProxy, s3_options
+
+    endpoint, data = s3
+    chosen = np.sort(np.random.default_rng(5).choice(REMOTE_RECORDS, REMOTE_RECORDS // 100, replace=False))
+    with FaultProxy(endpoint) as proxy:
+        options = s3_options(proxy.url)
+        files = tt.TFRecordDataset("s3://bucket/s/", storage_options=options, cache_dir=False).files
+        selection = tt.Selection.from_ids(files, chosen)
+        proxy.reset()
+        dataset = tt.TFRecordDataset(
+            "s3://bucket/s/",
+            spec=SPEC,
+            select=selection,
+            batch_size=4,
+            storage_options=options,
+            cache_dir=cache_dir,
+        )
+        ids = [
+            i for batch in DataLoader(dataset, batch_size=None, num_workers=2) for i in batch["id"].tolist()
+        ]
+        assert sorted(ids) == chosen.tolist()
+        fetched = _shard_bytes(proxy.get_bytes_by_path)
+    selected = len(chosen) * (BLOB + 16 + 8)  # about: the payload, its framing and the id
+    # Two records of a batch within 64 KiB of one another in a shard share a request (the bytes
+    # between them come too): at most that much more per record, and here about 1% in all.
+    assert selected <= fetched <= selected + len(chosen) * 64 * 1024, (fetched, selected)
+    assert fetched <= 0.02 * data, (fetched, data)
+
+
+@pytest.mark.usefixtures("fast_retries")
+def test_a_whole_shard_selection_is_cached_whole_and_nothing_else_is_fetched(s3: tuple[str, int]) -> None:
+    from remote_servers import FaultProxy, s3_options
+
+    endpoint, data = s3
+    with FaultProxy(endpoint) as proxy:
+        options = s3_options(proxy.url)
+        dataset = tt.TFRecordDataset(
+            "s3://bucket/s/", spec=SPEC, subset=range(500, 750), batch_size=25, storage_options=options
+        )
+        assert dataset.files.specs[2].kind == "cached" and dataset.files.cache is not None
+        for _ in range(2):  # two epochs: the shard is fetched once
+            assert sorted(i for batch in dataset for i in batch["id"].tolist()) == list(range(500, 750))
+        by_path = proxy.get_bytes_by_path
+        assert [path for path in by_path if path.endswith(".tfrecord") and by_path[path]] == [
+            "/bucket/s/train-00002-of-00008.tfrecord"
+        ]
+        assert data / 8 <= _shard_bytes(by_path) <= 1.05 * data / 8
