@@ -1,4 +1,5 @@
-"""Filter clauses (``label == 3``, ``text ~ dog``) tested on decoded columns, a batch at a time.
+"""The tests of a selection's scan that decode records: filter clauses (``label == 3``, ``text ~
+dog``) on decoded columns, a batch at a time, and Python predicates over decoded samples.
 
 The meaning is the viewer's filter's (:mod:`torch_tfrecord.viewer.query`), clause for clause: a
 list feature passes when any of its values does, a record without the feature does not; text is
@@ -18,12 +19,16 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from ..codec.decode import decode_batch
+from ..codec.decode import SpecArg, decode_batch
 from ..codec.ragged import Ragged
-from ..codec.spec import VarLen
+from ..codec.rows import split_batch
+from ..codec.schema import sample_dtypes
+from ..codec.spec import VarLen, normalize_spec
 from ..errors import SelectionError
+from ..records.io import StorageOptions
+from .select_scan import SURVEY_RECORDS, ScanShard, first_records
 
-__all__ = ["OPERATORS", "Condition", "ConditionTest"]
+__all__ = ["OPERATORS", "Condition", "ConditionTest", "PredicateTest", "feature_types"]
 
 OPERATORS = ("==", "!=", "<", "<=", ">", ">=", "~")
 _COMPARE: dict[str, Callable[[Any, Any], Any]] = {
@@ -135,3 +140,30 @@ class ConditionTest:
         for condition in self.conditions:
             passed &= condition.test(columns[condition.key], len(records))
         return passed
+
+
+class PredicateTest:
+    """A Python predicate over decoded samples (``spec``: as a dataset's; None: every feature)."""
+
+    def __init__(self, predicate: Callable[[dict[str, Any]], Any], spec: SpecArg = None) -> None:
+        if not callable(predicate):
+            raise TypeError(f"predicate= must be callable, not {type(predicate).__name__}")
+        self.predicate = predicate
+        self.spec = normalize_spec(spec)
+
+    def __call__(self, records: Sequence[bytes], locations: Sequence[str] | None = None) -> Mask:
+        samples = split_batch(decode_batch(records, self.spec, locations=locations), len(records))
+        return np.fromiter((bool(self.predicate(s)) for s in samples), dtype=bool, count=len(records))
+
+
+def feature_types(
+    shards: Sequence[ScanShard], spec: SpecArg, storage_options: StorageOptions
+) -> dict[str, Any]:
+    """Each feature's type (torch.int64, torch.float32 or bytes) as the first
+    :data:`SURVEY_RECORDS` records hold it, with ``spec``'s types over them."""
+    dtypes = sample_dtypes(first_records(shards, SURVEY_RECORDS, storage_options))
+    for key, feature in (normalize_spec(spec) or {}).items():
+        dtype = getattr(feature, "dtype", None)
+        if dtype is not None:
+            dtypes[key] = bytes if dtype in (bytes, str) else dtype
+    return dtypes

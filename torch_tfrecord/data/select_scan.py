@@ -2,10 +2,12 @@
 
 Each shard is read as a stream, start to end, its records handed to the test in batches (the
 test decodes what it needs of them: :class:`~torch_tfrecord.data.conditions.ConditionTest` only
-the features its clauses name, :class:`PredicateTest` a spec's); no index is needed, and none is
-built first. Shards are scanned one after another, or in ``jobs`` spawned processes (a shard
-each). The result is a :class:`~torch_tfrecord.data.selection.Selection` with the shards'
-fingerprints, as a dataset of the same shards computes them.
+the features its clauses name, :class:`~torch_tfrecord.data.conditions.PredicateTest` a spec's;
+the viewer's test describes each record as its page does); no index is needed, and none is
+built first. Nothing here needs torch (the viewer saves selections without it). Shards are
+scanned one after another, or in ``jobs`` spawned processes (a shard each). The result is a
+:class:`~torch_tfrecord.data.selection.Selection` with the shards' fingerprints, as a dataset of
+the same shards computes them.
 """
 
 from __future__ import annotations
@@ -17,15 +19,11 @@ import os
 import pickle
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import as_completed
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-from ..codec.decode import SpecArg, decode_batch
-from ..codec.rows import split_batch
-from ..codec.schema import sample_dtypes
-from ..codec.spec import normalize_spec
 from ..errors import ExampleDecodeError, FeatureError, SelectionError
 from ..records.io import Compression, PathLike, StorageOptions, list_sources, resolve_compression
 from ..records.reader import read_records
@@ -38,7 +36,7 @@ from .selection import Selection, ShardPrint, shard_prints
 from .shard_index import IndexArg
 from .shards import RecordFiles
 
-__all__ = ["PredicateTest", "RecordTest", "ScanShard", "feature_types", "scan_selection", "scan_shards"]
+__all__ = ["SURVEY_RECORDS", "RecordTest", "ScanShard", "first_records", "scan_selection", "scan_shards"]
 
 logger = logging.getLogger(__name__)
 
@@ -55,20 +53,6 @@ class RecordTest(Protocol):
     """Which of a batch of serialized records pass (``locations``: each one's place, for errors)."""
 
     def __call__(self, records: Sequence[bytes], locations: Sequence[str] | None = None) -> Mask: ...
-
-
-class PredicateTest:
-    """A Python predicate over decoded samples (``spec``: as a dataset's; None: every feature)."""
-
-    def __init__(self, predicate: Callable[[dict[str, Any]], Any], spec: SpecArg = None) -> None:
-        if not callable(predicate):
-            raise TypeError(f"predicate= must be callable, not {type(predicate).__name__}")
-        self.predicate = predicate
-        self.spec = normalize_spec(spec)
-
-    def __call__(self, records: Sequence[bytes], locations: Sequence[str] | None = None) -> Mask:
-        samples = split_batch(decode_batch(records, self.spec, locations=locations), len(records))
-        return np.fromiter((bool(self.predicate(s)) for s in samples), dtype=bool, count=len(records))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,6 +110,16 @@ def _from_files(files: RecordFiles) -> list[ScanShard]:
     return shards
 
 
+def first_records(shards: Sequence[ScanShard], count: int, storage_options: StorageOptions) -> list[bytes]:
+    """The first ``count`` records of ``shards`` (fewer if they hold fewer)."""
+    sample: list[bytes] = []
+    for shard in shards:
+        sample += itertools.islice(_records(shard, storage_options, False), count - len(sample))
+        if len(sample) >= count:
+            break
+    return sample
+
+
 def _records(shard: ScanShard, storage_options: StorageOptions, verify_crc: bool) -> Iterator[bytes]:
     return read_records(
         shard.path,
@@ -134,24 +128,6 @@ def _records(shard: ScanShard, storage_options: StorageOptions, verify_crc: bool
         byte_range=shard.byte_range,
         storage_options=storage_options,
     )
-
-
-def feature_types(
-    shards: Sequence[ScanShard], spec: SpecArg, storage_options: StorageOptions
-) -> dict[str, Any]:
-    """Each feature's type (torch.int64, torch.float32 or bytes) as the first
-    :data:`SURVEY_RECORDS` records hold it, with ``spec``'s types over them."""
-    sample: list[bytes] = []
-    for shard in shards:
-        sample += itertools.islice(_records(shard, storage_options, False), SURVEY_RECORDS - len(sample))
-        if len(sample) >= SURVEY_RECORDS:
-            break
-    dtypes = sample_dtypes(sample)
-    for key, feature in (normalize_spec(spec) or {}).items():
-        dtype = getattr(feature, "dtype", None)
-        if dtype is not None:
-            dtypes[key] = bytes if dtype in (bytes, str) else dtype
-    return dtypes
 
 
 @dataclasses.dataclass

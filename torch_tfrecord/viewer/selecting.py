@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..codec.decode import SpecArg
 from ..codec.inspect import describe_record
-from ..data.conditions import Condition, ConditionTest
-from ..data.select_scan import PredicateTest, Progress, RecordTest, feature_types, scan_selection, scan_shards
+from ..data.select_scan import Progress, RecordTest, scan_selection, scan_shards
 from ..data.selection import Selection
 from ..data.shard_index import IndexArg
 from ..data.shards import RecordFiles
@@ -28,7 +26,10 @@ from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions, is_url, local_path
 from .query import Query, parse_query
 
-__all__ = ["QueryTest", "select", "where_test"]
+if TYPE_CHECKING:
+    from ..codec.decode import SpecArg
+
+__all__ = ["QueryTest", "select", "select_as_shown"]
 
 
 class QueryTest:
@@ -48,19 +49,15 @@ class QueryTest:
         )
 
 
-def where_test(text: str, dtypes: Callable[[], dict[str, Any]]) -> RecordTest:
-    """The test of the filter ``text``: its clauses on their features' columns (``dtypes()``: each
-    feature's type, asked only then), or, with plain words, the viewer's own match.
+def select_as_shown(sources: Sequence[str], where: str, storage_options: StorageOptions = None) -> Selection:
+    """The records of ``sources`` that the viewer's filter page shows for ``where`` (its own match,
+    record by record: no torch needed), as a selection (the page's "save" button).
 
     Raises:
-        QueryError: a filter that does not parse; SelectionError: one that names no feature of
-            the data, or compares a number feature with text.
+        QueryError: a filter that does not parse; SelectionError: one that keeps no record.
     """
-    query = parse_query(text)
-    if query.words:
-        return QueryTest(query)
-    conditions = [Condition(clause.key, clause.op, clause.value) for clause in query.clauses]
-    return ConditionTest(conditions, dtypes())
+    shards = scan_shards(sources, None, storage_options)
+    return scan_selection(shards, QueryTest(parse_query(where)), storage_options=storage_options, where=where)
 
 
 def select(
@@ -116,10 +113,17 @@ def select(
         raise ValueError("give where= (a filter) or predicate= (a function of a sample), one of them")
     if out is not None:
         _check_out(os.fspath(out))
+    from ..data.conditions import Condition, ConditionTest, PredicateTest, feature_types
+
     shards = scan_shards(sources, index, storage_options)
     test: RecordTest
     if where is not None:
-        test = where_test(where, lambda: feature_types(shards, spec, storage_options))
+        query = parse_query(where)
+        if query.words:  # searched as the viewer searches: every key and text value
+            test = QueryTest(query)
+        else:
+            clauses = [Condition(clause.key, clause.op, clause.value) for clause in query.clauses]
+            test = ConditionTest(clauses, feature_types(shards, spec, storage_options))
     else:
         assert predicate is not None
         test = PredicateTest(predicate, spec)
