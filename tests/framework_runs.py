@@ -4,8 +4,10 @@
 rank, every configuration (sample and batch mode, 0 and 2 DataLoader workers) for two epochs, never
 calling ``set_epoch``, and writes ``OUT/FRAMEWORK-rank<R>.json``: for each configuration the
 ``len`` of the loader each epoch and the (item, padding) pairs the rank's training step saw. KIND
-is ``dataset`` (a TFRecordDataset; an item is a record id) or ``mix`` (two TFRecordDatasets of the
-same records mixed 55/45 by ``tt.mix``; an item is ``source * MIX_ITEM + record id``).
+is ``dataset`` (a TFRecordDataset; an item is a record id), ``mix`` (two TFRecordDatasets of the
+same records mixed 55/45 by ``tt.mix``; an item is ``source * MIX_ITEM + record id``) or ``pack``
+(the records' token sequences packed into rows of PACK_LENGTH by ``tt.pack``, concatenated and cut
+so that sequences span rows and ranks; an item is a token, ``record id * 100 + its place``).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ CONFIGS = [("sample", 0), ("sample", 2), ("batch", 0), ("batch", 2)]
 SHARD_SIZES = (130, 70, 110, 93)  # 403 records, uneven
 MIX_WEIGHTS = {"a": 550, "b": 450}
 MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
-KIND = {"kind": "dataset"}  # what make_dataset makes: "dataset" or "mix" (main's last argument)
+PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 100 + j
+KIND = {"kind": "dataset"}  # what make_dataset makes: "dataset", "mix" or "pack" (main's last argument)
 
 warnings.filterwarnings(
     "ignore", message=".*(worker processes in total|set_vital|does not have many workers).*"
@@ -39,20 +42,26 @@ warnings.filterwarnings(
 
 
 def write_data(folder: Path) -> None:
-    """The records: 4 uneven shards whose feature "id" is the record id."""
+    """The records: 4 uneven shards whose feature "id" is the record id, and "tokens" its tokens."""
     folder.mkdir(parents=True, exist_ok=True)
     record_id = 0
     for shard, size in enumerate(SHARD_SIZES):
         with tt.ExampleWriter(folder / f"train-{shard}.tfrecord") as writer:
             for _ in range(size):
-                writer.write({"id": record_id})
+                writer.write({"id": record_id, "tokens": record_tokens(record_id)})
                 record_id += 1
 
 
-def make_dataset(data: str, mode: str) -> tt.TFRecordDataset | tt.MixedDataset:
+def record_tokens(record_id: int) -> list[int]:
+    return [record_id * 100 + j for j in range(1 + record_id % 9)]
+
+
+def make_dataset(data: str, mode: str) -> tt.TFRecordDataset | tt.MixedDataset | tt.PackedDataset:
     batch_size = BATCH if mode == "batch" else None
     if KIND["kind"] == "mix":
         return make_mix(data, batch_size)
+    if KIND["kind"] == "pack":
+        return make_pack(data, batch_size)
     return tt.TFRecordDataset(
         f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=3, drop_last=False, batch_size=batch_size
     )
@@ -70,6 +79,15 @@ def make_mix(data: str, batch_size: int | None = None, **world: Any) -> tt.Mixed
     )
 
 
+def make_pack(data: str, batch_size: int | None = None, **world: Any) -> tt.PackedDataset:
+    """The records' tokens concatenated and cut into rows of PACK_LENGTH (the same number of rows
+    every epoch: a framework that reads len() once sees each epoch's)."""
+    source = tt.TFRecordDataset(
+        f"{data}/*.tfrecord", spec={"tokens": "int"}, shuffle="global", seed=3, **world
+    )
+    return tt.pack(source, PACK_LENGTH, ["tokens"], "concat", batch_size=batch_size)
+
+
 def make_loader(dataset: tt.TFRecordDataset, mode: str, workers: int, cls: type = DataLoader) -> Any:
     if mode == "batch":
         return cls(dataset, batch_size=None, num_workers=workers)
@@ -77,7 +95,15 @@ def make_loader(dataset: tt.TFRecordDataset, mode: str, workers: int, cls: type 
 
 
 def pairs(batch: dict[str, Any]) -> list[list[int]]:
-    """(item, padding) of each row; a mix's batch mode holds one sub-batch per source."""
+    """(item, padding) of each row; a mix's batch mode holds one sub-batch per source; a packed row
+    holds tokens (its padding rows none)."""
+    if "tokens_segment_ids" in batch:
+        real = batch["tokens_segment_ids"] > 0
+        padding = batch["_padding"].reshape(-1, 1).expand_as(real)
+        return [
+            [int(t), int(p)]
+            for t, p in zip(batch["tokens"][real].tolist(), padding[real].tolist(), strict=True)
+        ]
     if "_source" in batch and "_record_id" not in batch:  # a mix's batch: rows in place order
         parts = {s: iter(pairs(batch[name])) for s, name in enumerate(MIX_WEIGHTS) if name in batch}
         return [[s * MIX_ITEM + i, p] for s in batch["_source"].tolist() for i, p in [next(parts[s])]]
@@ -87,6 +113,8 @@ def pairs(batch: dict[str, Any]) -> list[list[int]]:
 
 
 def loss_of(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tensor:
+    if "tokens" in batch:  # packed rows
+        return model(batch["tokens"].float().mean(dim=1, keepdim=True) / 1e5).pow(2).mean()
     if "id" not in batch:  # a mix's batch mode
         ids = torch.cat([batch[name]["id"] for name in MIX_WEIGHTS if name in batch])
         return model(ids.float()[:, None] / 1000).pow(2).mean()
@@ -239,7 +267,7 @@ def resume_trainer(data: str) -> dict[str, Any]:
     """A checkpoint STOP steps into the second epoch; ``train(resume_from_checkpoint=...)``: the
     Trainer skips the batches it had taken (the dataset loads no state of its own)."""
     output = str(Path(data).parent / "trainer-checkpoints")
-    steps_per_epoch = -(-sum(SHARD_SIZES) // (2 * BATCH))
+    steps_per_epoch = -(-len(make_dataset(data, "sample")) // BATCH)  # the rank's samples, in batches
     step = steps_per_epoch + STOP
     first = train(data, 2, output_dir=output, save_strategy="steps", save_steps=step)
     again = train(data, 2, resume_from=f"{output}/checkpoint-{step}", output_dir=output)

@@ -6,7 +6,8 @@ Every configuration (sample and batch mode, 0 and 2 workers) of every framework,
 docs use a dataset and never calling ``set_epoch``, must read every record exactly once per epoch
 across the ranks, take exactly ``len(loader)`` steps on every rank, and use a new order in the
 second epoch; and so must a mix of two datasets (``tt.mix``), each item of its epoch once (an
-item: a source's record at its place in the source's stream). In-process tests below check the
+item: a source's record at its place in the source's stream), and the records' token sequences
+packed into rows (``tt.pack``), each token once. In-process tests below check the
 pieces without a process group.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -23,7 +23,18 @@ from typing import Any
 
 import numpy as np
 import pytest
-from framework_runs import BATCH, MIX_ITEM, SHARD_SIZES, SPEC, STOP, make_mix, write_data
+from framework_runs import (
+    BATCH,
+    MIX_ITEM,
+    SHARD_SIZES,
+    SPEC,
+    STOP,
+    make_mix,
+    make_pack,
+    record_tokens,
+    write_data,
+)
+from launch import run as run_tree
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
@@ -31,7 +42,9 @@ from torch_tfrecord.data import frameworks
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = sum(SHARD_SIZES)
-TIMEOUT_S = 240
+# A hang's limit, not a speed limit: a busy machine took 240 s once (below pytest's 600 s, whose
+# thread method would end pytest before tests/launch.py stops the ranks).
+TIMEOUT_S = 500
 # What each framework's runs refuse (an error that names the fix) instead of losing records.
 REFUSED = {
     "accelerate": {
@@ -65,7 +78,7 @@ def launch(framework: str, data: Path, out: Path, kind: str = "dataset") -> list
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=out)
+    done = run_tree(command, timeout_s=TIMEOUT_S, env=env, cwd=out)  # torchrun and its ranks, all stopped
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return [json.loads((out / f"{framework}-rank{rank}.json").read_text()) for rank in range(2)]
 
@@ -75,6 +88,8 @@ def epoch_items(data: Path, kind: str, epoch: int) -> collections.Counter[int]:
     each source's next stretch of its stream (its passes through its own permutations)."""
     if kind == "dataset":
         return collections.Counter(range(RECORDS))
+    if kind == "pack":
+        return collections.Counter(token for record in range(RECORDS) for token in record_tokens(record))
     mix = make_mix(str(data), rank=0, world_size=1)
     items: collections.Counter[int] = collections.Counter()
     for number, (source, count) in enumerate(zip(mix.sources, mix.counts, strict=True)):
@@ -83,7 +98,16 @@ def epoch_items(data: Path, kind: str, epoch: int) -> collections.Counter[int]:
     return items
 
 
-def check_epochs(name: str, ranks: list[dict[str, Any]], expected: list[collections.Counter[int]]) -> None:
+def epoch_steps(data: Path, kind: str, epoch: int) -> int:
+    """Steps each of 2 ranks takes in an epoch (a DataLoader batch or a dataset batch of BATCH)."""
+    if kind != "pack":
+        return -(-RECORDS // (2 * BATCH))
+    return -(-make_pack(str(data), rank=0, world_size=1).epoch_groups(epoch).groups.count // (2 * BATCH))
+
+
+def check_epochs(
+    name: str, ranks: list[dict[str, Any]], expected: list[collections.Counter[int]], steps_each: list[int]
+) -> None:
     """Each item exactly as often as the epoch holds it, across ranks; len(loader) steps on each
     rank, the same on both; a new order in the second epoch."""
     for epoch in range(2):
@@ -92,12 +116,12 @@ def check_epochs(name: str, ranks: list[dict[str, Any]], expected: list[collecti
         assert real == expected[epoch], f"{name} epoch {epoch}: records read twice"
         steps = [rank["steps"][epoch] for rank in ranks]
         assert steps == [rank["len"][epoch] for rank in ranks], f"{name}: steps {steps} are not len(loader)"
-        assert steps[0] == steps[1] == -(-RECORDS // (2 * BATCH)), name
+        assert steps[0] == steps[1] == steps_each[epoch], name
     for rank in ranks:
         assert rank["epochs"][0] != rank["epochs"][1], f"{name}: the second epoch repeats the first's order"
 
 
-@pytest.mark.parametrize("kind", ["dataset", "mix"])
+@pytest.mark.parametrize("kind", ["dataset", "mix", "pack"])
 @pytest.mark.parametrize("framework", ["plain", "accelerate", "trainer", "lightning", "fabric"])
 def test_every_record_once_per_epoch_inside_the_framework(
     framework: str, kind: str, data: Path, tmp_path: Path
@@ -106,6 +130,7 @@ def test_every_record_once_per_epoch_inside_the_framework(
     names = list(ranks[0])
     assert len(names) >= 2
     expected = [epoch_items(data, kind, epoch) for epoch in range(2)]
+    steps = [epoch_steps(data, kind, epoch) for epoch in range(2)]
     refused = {**REFUSED.get(framework, {}), **(MIX_REFUSED.get(framework, {}) if kind == "mix" else {})}
     for name in names:
         results = [rank[name] for rank in ranks]
@@ -114,10 +139,10 @@ def test_every_record_once_per_epoch_inside_the_framework(
             for result in results:
                 assert fix in result["error"], result
             continue
-        check_epochs(f"{framework} ({kind}): {name}", results, expected)
+        check_epochs(f"{framework} ({kind}): {name}", results, expected, steps)
 
 
-@pytest.mark.parametrize("kind", ["dataset", "mix"])
+@pytest.mark.parametrize("kind", ["dataset", "mix", "pack"])
 @pytest.mark.parametrize("scenario", ["stateful", "accelerate", "trainer", "lightning"])
 def test_resume_mid_epoch_through_the_framework(scenario: str, kind: str, data: Path, tmp_path: Path) -> None:
     """Stopped STOP steps into the second epoch and resumed through the framework's own
@@ -133,7 +158,7 @@ def test_resume_mid_epoch_through_the_framework(scenario: str, kind: str, data: 
             assert all(refused[name] in result["error"] for result in results), results
             continue
         for result in results:
-            assert len(result["before"]) == STOP * BATCH
+            assert len(result["before"]) == STOP * BATCH or (kind == "pack" and result["before"])
             assert result["before"] + result["after"] == result["full"], name
         real = collections.Counter(
             i for r in results for i, padding in r["before"] + r["after"] if not padding

@@ -19,19 +19,20 @@ DATA = Path(__file__).parent / "data"
 STUB = Path(tt.__file__).with_suffix(".pyi")
 
 PUBLIC = [
-    "PADDING_KEY", "RECORD_ID_KEY", "BytesList", "CompressedIndex", "CompressedIndexError",
-    "CorruptRecordError", "DamagedRegion", "EpochPlan", "ExampleDecodeError", "ExampleWriter",
-    "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen", "FixedLenSequence",
-    "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
-    "MissingFeatureError", "MixedDataset", "Ragged", "RawTensor", "ReadStats", "RecordWriter",
-    "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedWriter", "SourceNotFoundError",
-    "SpecError", "StaleIndexError", "TFRecordDataset", "TFRecordError", "TruncatedRecordError",
-    "VarLen", "build_compressed_index", "build_index", "check_index", "collate", "count_records",
-    "decode_batch", "decode_example", "decode_sequence_batch", "decode_sequence_example",
-    "default_index_path", "detection_spec", "encode_example", "encode_record",
-    "encode_sequence_example", "from_parquet", "from_tfds", "infer_spec", "load_compressed_index",
-    "load_index", "loader", "masked_crc32c", "mix", "read_records", "save_compressed_index",
-    "save_index", "segmentation_spec", "select", "split_batch", "to_hf", "to_parquet", "write_dataset",
+    "PADDING_KEY", "RECORD_ID_KEY", "BucketedDataset", "BytesList", "CompressedIndex",
+    "CompressedIndexError", "CorruptRecordError", "DamagedRegion", "EpochPlan", "ExampleDecodeError",
+    "ExampleWriter", "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen",
+    "FixedLenSequence", "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
+    "MissingFeatureError", "MixedDataset", "PackedDataset", "Ragged", "RawTensor", "ReadStats",
+    "RecordWriter", "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedWriter",
+    "SourceNotFoundError", "SpecError", "StaleIndexError", "TFRecordDataset", "TFRecordError",
+    "TruncatedRecordError", "VarLen", "bucket", "build_compressed_index", "build_index", "check_index",
+    "collate", "count_records", "decode_batch", "decode_example", "decode_sequence_batch",
+    "decode_sequence_example", "default_index_path", "detection_spec", "encode_example",
+    "encode_record", "encode_sequence_example", "from_parquet", "from_tfds", "infer_spec",
+    "load_compressed_index", "load_index", "loader", "masked_crc32c", "mix", "pack", "read_records",
+    "save_compressed_index", "save_index", "segmentation_spec", "select", "split_batch", "to_hf",
+    "to_parquet", "write_dataset",
 ]  # fmt: skip
 
 

@@ -349,8 +349,9 @@ def test_a_remote_file_costs_a_few_ranged_requests(
         context.close()
     assert set(asked) == {urllib.parse.urlsplit(viewer).netloc}  # the browser asks the viewer only
     # the first page, its 20 images included: the index, the file's first bytes (is it compressed?)
-    # and one range of the 10 MB shard; the last page: one more range
-    assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
+    # and one range of the 10 MB shard; the last page: one more range. (The index is a ranged GET
+    # too: it is read up to what an index of its shard can hold, issue 44, in one request.)
+    assert first[0].get("GET", 0) <= 4 and first[1] <= 3, first
     assert last[0].get("GET", 0) - first[0].get("GET", 0) == 1 and last[1] - first[1] == 1, (first, last)
 
 

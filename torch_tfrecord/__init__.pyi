@@ -33,6 +33,8 @@ from .convert.dataset import write_dataset as write_dataset
 from .convert.parquet import from_parquet as from_parquet
 from .convert.parquet import to_parquet as to_parquet
 from .data import order as order
+from .data.bucket import BucketedDataset as BucketedDataset
+from .data.bucket import bucket as bucket
 from .data.collate import collate as collate
 from .data.dataset import TFRecordDataset as TFRecordDataset
 from .data.indexed import IndexedTFRecordDataset as IndexedTFRecordDataset
@@ -40,6 +42,8 @@ from .data.loader import loader as loader
 from .data.mix import MixedDataset as MixedDataset
 from .data.mix import mix as mix
 from .data.order import EpochPlan as EpochPlan
+from .data.pack import PackedDataset as PackedDataset
+from .data.pack import pack as pack
 from .data.pipeline import PADDING_KEY as PADDING_KEY
 from .data.pipeline import RECORD_ID_KEY as RECORD_ID_KEY
 from .data.selection import Selection as Selection

@@ -22,6 +22,7 @@ __all__ = [
     "StaleIndexError",
     "TFRecordError",
     "TruncatedRecordError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -78,6 +79,11 @@ class SelectionError(TFRecordError, ValueError):
     """A selection of records that cannot be used: made for other shards (or shards that changed
     since), a damaged selection file, a filter that names no feature of the data or compares one
     with a value of another type, or one that selects nothing."""
+
+
+class UnsupportedVersionError(TFRecordError, ImportError):
+    """``import torch_tfrecord`` found a Python or torch older than the supported range (the message
+    names it); see docs/supported-versions.md."""
 
 
 class SpecError(TFRecordError, ValueError, TypeError):

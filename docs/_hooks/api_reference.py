@@ -18,6 +18,8 @@ PACKAGE = "torch_tfrecord"
 # Section titles in reading order, by the last part of the defining module's name.
 GROUPS = {
     "dataset": "Datasets",
+    "pack": "Packing token sequences",
+    "bucket": "Length buckets",
     "_pipeline": "Keys the datasets add",
     "spec": "Feature specs",
     "codec": "Decoding",

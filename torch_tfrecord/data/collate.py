@@ -12,7 +12,7 @@ from ..codec.ragged import Ragged
 from ..codec.selection import RowList
 from .handoff import pack_tensors
 
-__all__ = ["collate"]
+__all__ = ["collate", "collate_columns"]
 
 
 def _collate_tensors(values: Sequence[torch.Tensor]) -> torch.Tensor | Ragged | list[torch.Tensor]:
@@ -41,6 +41,13 @@ def collate(samples: Sequence[Any]) -> Any:
     batch = _collate(samples)
     # In a DataLoader worker: the batch leaves as one block (see .handoff), not one segment per tensor.
     return pack_tensors(batch) if get_worker_info() is not None else batch
+
+
+def collate_columns(samples: Sequence[Any]) -> Any:
+    """:func:`collate`'s batch as plain columns, never packed for the worker hand-off: for a
+    dataset that collates samples in its own reader (length buckets), whose batches the epoch
+    driver hands off itself."""
+    return _collate(samples)
 
 
 def _collate(samples: Sequence[Any]) -> Any:

@@ -19,7 +19,7 @@ from .epoch import DEFAULT_PREFETCH, EpochDataset
 from .frameworks import Wrapper
 from .mix_schedule import MixSchedule, locate, quotas
 from .order import EpochPlan
-from .resume import Resume, is_loader_state, map_dataset_states
+from .resume import Resume, wrapped_splits
 from .world import resolve_world
 
 __all__ = ["SOURCE_KEY", "MixedDataset", "mix"]
@@ -248,20 +248,7 @@ class MixedDataset(EpochDataset):
         self, state: Mapping[str, Any] | Sequence[Mapping[str, Any]]
     ) -> tuple[Any, EpochPlan, dict[str, Any]]:
         """The split's state(s) inside the mix's (or a loader's of the mix), its sources checked."""
-        mixes: list[Mapping[str, Any]] = []
-
-        def split_of(one: Any) -> Any:
-            if not isinstance(one, Mapping) or one.get("format") != FORMAT:
-                raise ValueError(f"not a MixedDataset state (expected format {FORMAT!r})")
-            mixes.append(one)
-            return one["split"]
-
-        states = [state] if isinstance(state, Mapping) else list(state)
-        if not states:
-            raise ValueError("no states to load")
-        splits = [
-            map_dataset_states(one, split_of) if is_loader_state(one) else split_of(one) for one in states
-        ]
+        mixes, splits = wrapped_splits(state, FORMAT, "MixedDataset")
         identity = self._source_identity()
         for one in mixes:
             if one.get("sources") != identity:
@@ -273,12 +260,10 @@ class MixedDataset(EpochDataset):
                 )
             if (one["counts"], one["offsets"]) != (mixes[0]["counts"], mixes[0]["offsets"]):
                 raise ValueError("the ranks' states are from different epochs or schedules")
-        if not mixes:
-            raise ValueError("the loader state holds no dataset state")
         counts = tuple(int(c) for c in mixes[0]["counts"])
         self._loading = (counts, tuple(int(o) for o in mixes[0]["offsets"]))
         plan = dataclasses.replace(self.plan, shard_sizes=(sum(counts),), rest=None)
-        return splits[0] if isinstance(state, Mapping) else splits, plan, self._split_identity(plan)
+        return splits, plan, self._split_identity(plan)
 
     def _resumed(self, resume: Resume) -> None:
         """The saved epoch as it was planned, then the new proportions from where it ends."""

@@ -26,6 +26,7 @@ __all__ = [
     "merge_loader_state",
     "rank_state",
     "resume_point",
+    "wrapped_splits",
 ]
 
 FORMAT = "torch_tfrecord.TFRecordDataset/1"
@@ -157,6 +158,34 @@ def map_dataset_states(state: Mapping[str, Any], change: Callable[[Any], Any]) -
     snapshot["_worker_snapshots"] = workers
     result["_snapshot"] = snapshot
     return result
+
+
+def wrapped_splits(
+    state: Mapping[str, Any] | Sequence[Mapping[str, Any]], format_: str, name: str
+) -> tuple[list[Mapping[str, Any]], Any]:
+    """For a dataset whose state wraps the split's (``{"format": format_, ..., "split": ...}``):
+    the wrappers found in ``state`` (its own state, a StatefulDataLoader's, or a list of them),
+    and the split's state(s) inside, in the same shape (one, or a list).
+
+    Raises:
+        ValueError: no state, a state of another format (``name``: the dataset's class), or a
+            loader's state that holds no dataset state.
+    """
+    wrappers: list[Mapping[str, Any]] = []
+
+    def split_of(one: Any) -> Any:
+        if not isinstance(one, Mapping) or one.get("format") != format_:
+            raise ValueError(f"not a {name} state (expected format {format_!r})")
+        wrappers.append(one)
+        return one["split"]
+
+    states = [state] if isinstance(state, Mapping) else list(state)
+    if not states:
+        raise ValueError("no states to load")
+    splits = [map_dataset_states(one, split_of) if is_loader_state(one) else split_of(one) for one in states]
+    if not wrappers:
+        raise ValueError("the loader state holds no dataset state")
+    return wrappers, splits[0] if isinstance(state, Mapping) else splits
 
 
 def merge_loader_state(
