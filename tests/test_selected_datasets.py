@@ -202,6 +202,29 @@ def test_a_mix_of_selections_reads_each_sources_selected_records(shards: str) ->
     assert collections.Counter(per_source[1]) == {3: 10, 70: 10, 140: 10}  # 30 places: 10 passes of 3
 
 
+def test_a_packed_selection_packs_each_selected_sequence_once(tmp_path: Path) -> None:
+    from lm_data import KEYS, all_tokens, row_pieces, token_counts, write_lm
+    from lm_data import SPEC as LM_SPEC
+
+    lengths = np.random.default_rng(46).integers(0, 40, (90, 2))
+    paths = write_lm(tmp_path / "lm", lengths)
+    chosen = np.arange(1, 90, 3)
+    seen: collections.Counter[tuple[int, str, int]] = collections.Counter()
+    rows_per_rank = []
+    for rank in range(2):
+        source = tt.TFRecordDataset(paths, spec=LM_SPEC, subset=chosen, seed=4)
+        packed = tt.pack(source, 32, KEYS, split_long=True, batch_size=2, rank=rank, world_size=2)
+        rows = [
+            row
+            for batch in DataLoader(packed, batch_size=None, num_workers=rank)
+            for row in row_pieces(batch)
+        ]
+        rows_per_rank.append(len(rows))
+        seen += token_counts(rows)
+    assert rows_per_rank[0] == rows_per_rank[1]
+    assert seen == all_tokens(lengths, chosen.tolist())  # every token of the selected records, once
+
+
 def test_reads_only_the_selected_records(shards: str, monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = tt.TFRecordDataset(shards, spec=SPEC, subset=[range(5, 8), range(100, 101)], batch_size=2)
     assert isinstance(dataset.files, SelectedFiles)
