@@ -225,6 +225,21 @@ def test_a_packed_selection_packs_each_selected_sequence_once(tmp_path: Path) ->
     assert seen == all_tokens(lengths, chosen.tolist())  # every token of the selected records, once
 
 
+def test_from_tfds_takes_subset_and_select_over_a_split_slice() -> None:
+    golden = Path(__file__).resolve().parent / "data" / "tfds" / "golden_features" / "1.0.0"
+    whole = tt.from_tfds(golden, "train[4:20]", shuffle=False)
+    ids = [int(sample["id"]) for sample in whole]
+    half = tt.from_tfds(golden, "train[4:20]", subset=0.5, seed=2, shuffle=False)
+    places = [sample["_record_id"] for sample in half]
+    assert [int(sample["id"]) for sample in half] == [ids[p] for p in places] and len(places) == 8
+    selection = tt.select(whole.files, where="id >= 10")  # the slice's records, by their ids
+    chosen = tt.from_tfds(golden, "train[4:20]", select=selection, shuffle=False)
+    assert [int(sample["id"]) for sample in chosen] == [i for i in ids if i >= 10]
+    assert len(tt.from_tfds(golden, "train[4:20]", select=selection, indexed=True)) == len(selection)
+    with pytest.raises(tt.SelectionError, match="made for other data|made for 3 shards"):
+        tt.from_tfds(golden, "train[5:20]", select=selection)  # another slice: other records
+
+
 def test_reads_only_the_selected_records(shards: str, monkeypatch: pytest.MonkeyPatch) -> None:
     dataset = tt.TFRecordDataset(shards, spec=SPEC, subset=[range(5, 8), range(100, 101)], batch_size=2)
     assert isinstance(dataset.files, SelectedFiles)
