@@ -24,6 +24,11 @@ _RUN_BYTES = 24  # a run in memory: its start, its stop and the members before i
 _BIT_BYTES = 0.25  # a record in a bitmap: its bit, and its word's share of the counts before it
 _CHUNK = 1 << 24  # records handled at once when a set is unpacked (16 MiB of bools)
 _BYTE_COUNTS = np.array([bin(value).count("1") for value in range(256)], dtype=np.uint8)
+# _BIT_OF[byte, k]: the place of the k-th set bit of a byte (little bit order).
+_BIT_OF = np.zeros((256, 8), dtype=np.int64)
+for _value in range(256):
+    _set = [bit for bit in range(8) if _value >> bit & 1]
+    _BIT_OF[_value, : len(_set)] = _set
 
 
 def _popcount(words: npt.NDArray[np.uint64]) -> Int64Array:
@@ -67,7 +72,7 @@ class IdSet(ABC):
         """Memory the set holds."""
 
     def ids(self) -> Int64Array:
-        """Every member, sorted (one int64 each: for small sets and tests)."""
+        """Every member, sorted (one int64 each)."""
         return self.select(np.arange(len(self), dtype=np.int64))
 
     def count_runs(self, low: int, high: int) -> int:
@@ -119,6 +124,10 @@ class RunSet(IdSet):
         last = int(np.searchsorted(self.starts, high, side="left"))
         return np.maximum(self.starts[first:last], low), np.minimum(self.stops[first:last], high)
 
+    def ids(self) -> Int64Array:
+        lengths = self.stops - self.starts
+        return np.repeat(self.starts - self.before[:-1], lengths) + np.arange(len(self), dtype=np.int64)
+
     def mask(self, low: int, high: int) -> npt.NDArray[np.bool_]:
         out = np.zeros(high - low, dtype=bool)
         for start, stop in zip(*self.runs(low, high), strict=True):
@@ -161,9 +170,12 @@ class BitSet(IdSet):
         array = self._check_positions(positions)
         word = np.searchsorted(self.before, array, side="right") - 1
         wanted = array - self.before[word]  # the wanted-th set bit of its word
-        bits = np.unpackbits(self.words[word].view(np.uint8).reshape(-1, 8), axis=1, bitorder="little")
-        seen = np.cumsum(bits, axis=1, dtype=np.int16)
-        found: Int64Array = word * 64 + np.argmax(seen > wanted[:, None], axis=1)
+        octets = self.words[word].view(np.uint8).reshape(-1, 8)
+        seen = np.cumsum(_BYTE_COUNTS[octets], axis=1, dtype=np.int64)  # set bits up to each byte
+        byte = (seen <= wanted[:, None]).sum(axis=1)  # the byte that holds it
+        rows = np.arange(len(array))
+        before = np.where(byte > 0, seen[rows, np.maximum(byte - 1, 0)], 0)
+        found: Int64Array = word * 64 + byte * 8 + _BIT_OF[octets[rows, byte], wanted - before]
         return found
 
     def rank(self, ids: npt.ArrayLike) -> Int64Array:
@@ -193,6 +205,10 @@ class BitSet(IdSet):
         first, last = low // 8, -(-high // 8)
         unpacked = np.unpackbits(self.words.view(np.uint8)[first:last], bitorder="little")
         return unpacked[low - first * 8 : high - first * 8].astype(bool)
+
+    def ids(self) -> Int64Array:
+        chunks = [np.flatnonzero(self.mask(low, high)) + low for low, high in _chunks(self.size)]
+        return np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
 
     def count_runs(self, low: int, high: int) -> int:
         return _runs_in_bits(self, low, high)

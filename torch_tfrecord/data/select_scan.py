@@ -149,19 +149,16 @@ def _scan_one(
     masks: list[Mask] = []
     count = size = 0
     records = _records(shard, storage_options, verify_crc)
+    take = 64  # records per batch: grown to about _BATCH_BYTES of them (and at most _BATCH_RECORDS)
     while True:
-        batch: list[bytes] = []
-        held = 0
-        for record in records:
-            batch.append(record)
-            held += len(record)
-            if len(batch) >= _BATCH_RECORDS or held >= _BATCH_BYTES:
-                break
+        batch = list(itertools.islice(records, take))
         if not batch:
             break
+        held = sum(map(len, batch))
         masks.append(_test(test, batch, shard, count))
         count += len(batch)
         size += held + 16 * len(batch)
+        take = max(1, min(_BATCH_RECORDS, _BATCH_BYTES * len(batch) // max(held, 1)))
         if progress is not None:
             progress(len(batch), False)
     expected = shard.shard.records

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,12 +24,12 @@ from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
-from .id_sets import IdSetParts, from_ids
+from .id_sets import BitSet, IdSetParts, from_ids
 from .permutation import permute
 from .selection import Selection, shard_prints
 from .shards import RecordFiles
 
-__all__ = ["WHOLE_SHARD", "SelectedFiles", "Subset", "selected_files"]
+__all__ = ["LISTED_BYTES", "WHOLE_SHARD", "SelectedFiles", "Subset", "selected_files"]
 
 Subset = float | int | range | Sequence[range] | npt.ArrayLike | Selection | PathLike | None
 """What ``subset=`` takes: a fraction or a count of the records (drawn once from ``seed``), a
@@ -39,6 +40,9 @@ WHOLE_SHARD = 0.25
 """Through the cache, a remote shard of which at least this share of the records is selected is
 fetched whole (once per node, then read from disk every epoch); a sparser one is read by ranges
 (each epoch fetches only its selected records)."""
+LISTED_BYTES = 32 << 20
+"""A bitmap selection of up to this many bytes of ids (4 M records) is listed once per process,
+so that a batch finds its records by one lookup (a bitmap's own costs tens of microseconds)."""
 _SUBSET_KEY = 0x5E1EC7  # the subset's draw is its own permutation, not an epoch's
 _DRAW = 1 << 20  # positions drawn at once
 
@@ -67,13 +71,22 @@ class SelectedFiles(RecordFiles):
         self.sizes, self.tables = base.sizes, base.tables
         self.counts = selection.counts
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._listed: npt.NDArray[np.int64] | None = None  # the ids, listed (not pickled)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_listed"] = None  # each process lists them when it first reads
+        return state
 
     def record_ids(self, places: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The files' record ids of the selected records at ``places``."""
         array = np.asarray(places, dtype=np.int64)
         if array.size and (array.min() < 0 or array.max() >= self.num_records):
             raise IndexError(f"record ids must lie in [0, {self.num_records}) (the selected records)")
-        return self.selection.ids.select(array)
+        ids = self.selection.ids
+        if self._listed is None and isinstance(ids, BitSet) and 8 * len(ids) <= LISTED_BYTES:
+            self._listed = ids.ids()
+        return ids.select(array) if self._listed is None else self._listed[array]
 
     @property
     def fingerprint(self) -> str:
