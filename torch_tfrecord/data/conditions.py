@@ -11,7 +11,6 @@ data, or compares a number feature with text, is refused before any record is re
 from __future__ import annotations
 
 import dataclasses
-import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +19,7 @@ import numpy.typing as npt
 import torch
 
 from ..codec.decode import SpecArg, decode_batch
+from ..codec.filters import COMPARE, number_text
 from ..codec.ragged import Ragged
 from ..codec.rows import split_batch
 from ..codec.schema import sample_dtypes
@@ -31,19 +31,7 @@ from .select_scan import SURVEY_RECORDS, ScanShard, first_records
 __all__ = ["OPERATORS", "Condition", "ConditionTest", "PredicateTest", "feature_types"]
 
 OPERATORS = ("==", "!=", "<", "<=", ">", ">=", "~")
-_COMPARE: dict[str, Callable[[Any, Any], Any]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 Mask = npt.NDArray[np.bool_]
-
-
-def _number_text(value: float) -> str:
-    return str(int(value)) if value == int(value) else str(value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +47,7 @@ class Condition:
             raise ValueError(f"op={self.op!r} must be one of {OPERATORS}")
 
     def __str__(self) -> str:
-        value = repr(self.value) if isinstance(self.value, str) else _number_text(self.value)
+        value = repr(self.value) if isinstance(self.value, str) else number_text(self.value)
         return f"{self.key} {self.op} {value}"
 
     def check(self, dtype: Any) -> None:
@@ -88,23 +76,23 @@ class Condition:
 
     def _numbers(self, values: npt.NDArray[Any]) -> Mask:
         if self.op == "~" or isinstance(self.value, str):
-            needle = self.value.lower() if isinstance(self.value, str) else _number_text(self.value)
+            needle = self.value.lower() if isinstance(self.value, str) else number_text(self.value)
             shown = values.astype(np.float64).tolist() if values.dtype.kind == "f" else values.tolist()
             if isinstance(self.value, str):
                 return np.array([needle in str(v).lower() for v in shown], dtype=bool)
             return np.array([needle in str(v) for v in shown], dtype=bool)
         wanted = self.value
         if values.dtype.kind in "iu" and wanted == int(wanted) and abs(wanted) < 2**63:
-            return np.asarray(_COMPARE[self.op](values, np.int64(int(wanted))), dtype=bool)
-        return np.asarray(_COMPARE[self.op](values.astype(np.float64), float(wanted)), dtype=bool)
+            return np.asarray(COMPARE[self.op](values, np.int64(int(wanted))), dtype=bool)
+        return np.asarray(COMPARE[self.op](values.astype(np.float64), float(wanted)), dtype=bool)
 
     def _texts(self, values: Sequence[bytes]) -> Mask:
-        wanted = self.value if isinstance(self.value, str) else _number_text(self.value)
+        wanted = self.value if isinstance(self.value, str) else number_text(self.value)
         texts = [value.decode("utf-8", errors="replace") for value in values]
         if self.op == "~":
             needle = wanted.lower()
             return np.array([needle in text.lower() for text in texts], dtype=bool)
-        compare = _COMPARE[self.op]
+        compare = COMPARE[self.op]
         return np.array([compare(text, wanted) for text in texts], dtype=bool)
 
 
