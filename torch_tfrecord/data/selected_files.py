@@ -24,7 +24,7 @@ from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from ..support.seeds import mix_seed
-from .id_sets import BitSet, IdSetParts, from_ids
+from .id_sets import IdSetParts, from_ids
 from .permutation import permute
 from .selection import Selection, shard_prints
 from .shards import RecordFiles
@@ -41,8 +41,8 @@ WHOLE_SHARD = 0.25
 fetched whole (once per node, then read from disk every epoch); a sparser one is read by ranges
 (each epoch fetches only its selected records)."""
 LISTED_BYTES = 32 << 20
-"""A bitmap selection of up to this many bytes of ids (4 M records) is listed once per process,
-so that a batch finds its records by one lookup (a bitmap's own costs tens of microseconds)."""
+"""A selection of up to this many bytes of ids (4 M records) is listed once per process, so that
+a batch finds its records by one lookup (a bitmap's own select costs tens of microseconds)."""
 _SUBSET_KEY = 0x5E1EC7  # the subset's draw is its own permutation, not an epoch's
 _DRAW = 1 << 20  # positions drawn at once
 
@@ -72,21 +72,28 @@ class SelectedFiles(RecordFiles):
         self.counts = selection.counts
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
         self._listed: npt.NDArray[np.int64] | None = None  # the ids, listed (not pickled)
+        self._last: tuple[Any, npt.NDArray[np.int64]] | None = None  # the last places mapped
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_listed"] = None  # each process lists them when it first reads
+        state["_listed"] = state["_last"] = None  # each process lists them when it first reads
         return state
 
     def record_ids(self, places: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The files' record ids of the selected records at ``places``."""
+        last = self._last
+        if last is not None and last[0] is places:  # a batch's ids, asked again by its decoder
+            return last[1]
         array = np.asarray(places, dtype=np.int64)
         if array.size and (array.min() < 0 or array.max() >= self.num_records):
             raise IndexError(f"record ids must lie in [0, {self.num_records}) (the selected records)")
         ids = self.selection.ids
-        if self._listed is None and isinstance(ids, BitSet) and 8 * len(ids) <= LISTED_BYTES:
+        if self._listed is None and 8 * len(ids) <= LISTED_BYTES:
             self._listed = ids.ids()
-        return ids.select(array) if self._listed is None else self._listed[array]
+        found = ids.select(array) if self._listed is None else self._listed[array]
+        if isinstance(places, np.ndarray):
+            self._last = (places, found)
+        return found
 
     @property
     def fingerprint(self) -> str:
