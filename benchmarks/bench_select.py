@@ -5,11 +5,10 @@ costs beside counting the records.
    bench_decode.py's datasets (8 shards x 20,000 Examples of ~81 B and ~4 KB, from the page
    cache), ``TFRecordDataset(batch_size=256, prefetch=0)`` iterated in this process (DataLoader
    workers add the same hand-off to both, and their start-up's noise), in file order and with the
-   global shuffle. Two selections of half the
-   records: a random half (``subset=0.5``: a bitmap, every other record or so) and the first
-   half of every shard (runs). Beside the whole dataset's epoch, an epoch of it as long as the
-   selection's (``samples_per_epoch=80_000``): an epoch's fixed costs (its iterator, the
-   workers' start) weigh the same on both, so the ratio to it is the stream's own. Each round
+   global shuffle. Two selections of half the records: a random half (``subset=0.5``: every
+   other record or so) and the first half of every shard (runs). Beside the whole dataset's
+   epoch, an epoch of it as long as the selection's (``samples_per_epoch=80_000``): an epoch's
+   fixed costs weigh the same on both, so the ratio to it is the stream's own. Each round
    times every pipeline back to back over one epoch (the datasets made once, outside the
    timing); one warm-up round, then ``--repeats`` rounds, the best of them (on a shared machine,
    the round least disturbed by other work). CPU microseconds per record beside them
