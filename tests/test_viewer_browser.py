@@ -257,6 +257,29 @@ def test_a_filter_links_to_the_records_it_found(page: Any) -> None:
     assert page.locator("#record-8 tr[data-key='label'] .values").inner_text() == "3"
 
 
+def test_a_filters_matches_saved_as_a_selection(browser: Any, data: dict[str, Path], tmp_path: Path) -> None:
+    import torch_tfrecord as tt
+
+    with running_viewer(str(data["detection"])) as (url, _), _browsing(browser, url) as page:
+        _open(page, "search/" + urllib.parse.quote("label == 3 and image/object/class/label >= 4"))
+        expect(page.locator("#search-state")).to_have_text(re.compile("done$"))
+        shown = page.locator("#matches a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        with page.expect_download() as waiting:
+            page.click("#save-selection")
+        download = waiting.value
+        assert download.suggested_filename == "selection.ttsel"
+        expect(page.locator("#selection-state")).to_have_text(" saved selection.ttsel")
+        selection = tt.Selection.from_bytes(Path(download.path()).read_bytes())
+        assert [f"#records/0/{n}" for n in selection.record_ids().tolist()] == shown != []
+        assert selection == tt.select(
+            str(data["detection"]), where="label == 3 and image/object/class/label >= 4"
+        )
+        _open(page, "search/" + urllib.parse.quote("label == 99"))
+        expect(page.locator("#search-state")).to_have_text(re.compile("done$"))
+        page.click("#save-selection")
+        expect(page.locator("#selection-state")).to_contain_text("no record passes `label == 99`")
+
+
 def test_statistics_finish_and_count_values(page: Any) -> None:
     _open(page, "statistics")
     expect(page.locator("#stats-state")).to_have_text("complete", timeout=20_000)

@@ -16,6 +16,7 @@ __all__ = [
     "IndexFormatError",
     "MissingFeatureError",
     "RemoteIOError",
+    "SelectionError",
     "SourceNotFoundError",
     "SpecError",
     "StaleIndexError",
@@ -72,6 +73,12 @@ class SourceNotFoundError(TFRecordError, FileNotFoundError):
 class RemoteIOError(TFRecordError, OSError):
     """Remote storage failed: a permission error, or a transient failure that outlasted every
     retry. The message names the URL and the byte range or operation."""
+
+
+class SelectionError(TFRecordError, ValueError):
+    """A selection of records that cannot be used: made for other shards (or shards that changed
+    since), a damaged selection file, a filter that names no feature of the data or compares one
+    with a value of another type, or one that selects nothing."""
 
 
 class UnsupportedVersionError(TFRecordError, ImportError):

@@ -9,11 +9,12 @@ backtrack).
 from __future__ import annotations
 
 import dataclasses
-import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from ..codec.filters import COMPARE as _COMPARE
+from ..codec.filters import number_text as _number_text
 from ..errors import TFRecordError
 
 __all__ = ["MAX_QUERY", "Query", "QueryError", "parse_query"]
@@ -23,14 +24,6 @@ MAX_QUERY = 1000
 _WORD = re.compile(r"\S+")
 _KEY = re.compile(r"[^\s=!<>~]+")
 _OPERATORS = ("==", "!=", "<=", ">=", "<", ">", "~")
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
 
 
 class QueryError(TFRecordError, ValueError):
@@ -59,10 +52,6 @@ class _Clause:
         if self.op == "~":
             return _number_text(self.value) in str(value)
         return _COMPARE[self.op](value, self.value)
-
-
-def _number_text(value: float) -> str:
-    return str(int(value)) if value == int(value) else str(value)
 
 
 def _literal(text: str) -> str | float:

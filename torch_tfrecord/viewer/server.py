@@ -67,7 +67,7 @@ SOCKET_TIMEOUT = 30.0
 HEAVY_AT_ONCE = 4
 # A request that reads records waits this long for its turn, then is answered 503.
 _HEAVY_WAIT = 60.0
-_HEAVY = frozenset(["/api/records", "/api/search", "/api/blob", "/api/mask", "/api/schema"])
+_HEAVY = frozenset(["/api/records", "/api/search", "/api/selection", "/api/blob", "/api/mask", "/api/schema"])
 # Requests a browser sends for the page itself, from this server's own origin, or typed in.
 _OWN_SITE = frozenset(["same-origin", "none"])
 _MAX_PARAMETER = 4096  # characters of a parameter's value
@@ -248,9 +248,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s " + format, self.address_string(), *args)
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         for name, value in _SECURITY_HEADERS.items():
             self.send_header(name, value)
@@ -351,5 +355,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/api/search":
             found = catalog.search(_text(query, "q"), _int(query, "file", 0), _int(query, "start", 0))
             self._json(200, found)
+        elif path == "/api/selection":  # the filter's matches in every file, as a selection file
+            from .selecting import select_as_shown
+
+            chosen = select_as_shown(catalog.paths, _text(query, "q"), catalog.storage_options)
+            disposition = {"Content-Disposition": 'attachment; filename="selection.ttsel"'}
+            self._send(200, chosen.to_bytes(), "application/octet-stream", disposition)
         else:
             self._json(404, {"error": f"nothing at {path!r}"})

@@ -311,8 +311,11 @@ async function showSearch(text) {
   const results = el("ol", {id: "matches"});
   const info = el("p", {id: "search-state"});
   const form = el("form", {onsubmit: (e) => { e.preventDefault(); location.hash = `search/${encodeURIComponent(input.value)}`; }}, input, el("button", {text: "filter"}));
+  const saved = el("span", {id: "selection-state"});
+  const save = el("button", {id: "save-selection", type: "button", text: "save matches as a selection", onclick: () => saveSelection(text, saved)});
   view.replaceChildren(el("h2", {text: "Filter and search"}), form, info, results);
   if (!text) return;
+  form.append(save, saved);
   let next = [0, 0], found = 0, scanned = 0, skipped = 0;
   const more = async () => {
     const answer = await getJSON("/api/search", {q: text, file: next[0], start: next[1]});
@@ -325,6 +328,24 @@ async function showSearch(text) {
     if (next && found < 200 && location.hash === `#search/${encodeURIComponent(text)}`) later(more, answer.pending ? 400 : 0);
   };
   await more().catch((e) => { info.textContent = `Error: ${e.message}`; info.className = "error"; });
+}
+
+// Every file scanned on the server for the filter's matches, saved as a .ttsel file (a dataset's select=).
+async function saveSelection(text, state) {
+  state.textContent = " scanning every record…";
+  state.className = "";
+  try {
+    const response = await fetch(api("/api/selection", {q: text}));
+    if (!response.ok) throw new Error((await response.json()).error || response.statusText);
+    const link = el("a", {href: URL.createObjectURL(await response.blob()), download: "selection.ttsel"});
+    document.body.append(link);
+    link.click();
+    link.remove();
+    state.textContent = " saved selection.ttsel";
+  } catch (e) {
+    state.textContent = ` ${e.message}`;
+    state.className = "error";
+  }
 }
 
 window.addEventListener("hashchange", route);
