@@ -27,6 +27,7 @@ import launch
 import pytest
 import torch.distributed as dist
 from gloo import free_port, spawn
+from id_shards import write_id_shards
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
@@ -37,14 +38,7 @@ SIZES = (5, 40, 17, 1)  # 63 records, uneven shards
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("elastic")
-    record_id = 0
-    for shard, size in enumerate(SIZES):
-        with tt.ExampleWriter(folder / f"part-{shard}.tfrecord") as writer:
-            for _ in range(size):
-                writer.write({"id": record_id})
-                record_id += 1
-    return str(folder / "part-*.tfrecord")
+    return write_id_shards(tmp_path_factory.mktemp("elastic"), SIZES)
 
 
 def _make(shards: str, rank: int | None, world_size: int | None, **kwargs: Any) -> tt.TFRecordDataset:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 from gloo import free_port, spawn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from id_shards import write_id_shards
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
@@ -36,14 +37,7 @@ TIMEOUT_S = 120
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("selected")
-    record = 0
-    for shard, size in enumerate(SIZES):
-        with tt.ExampleWriter(folder / f"part-{shard}.tfrecord") as writer:
-            for _ in range(size):
-                writer.write({"id": record})
-                record += 1
-    return str(folder / "part-*.tfrecord")
+    return write_id_shards(tmp_path_factory.mktemp("selected"), SIZES)
 
 
 def _real(items: list[dict[str, Any]]) -> list[int]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from id_shards import write_id_shards
 
 import torch_tfrecord as tt
 from torch_tfrecord.data.id_sets import BitSet, IdSetParts, RunSet, compact, from_ids
@@ -21,14 +22,10 @@ TOTAL = sum(SHARDS)
 
 
 def write_shards(folder: Path, sizes: tuple[int, ...] = SHARDS, prefix: str = "part") -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    record = 0
-    for shard, size in enumerate(sizes):
-        with tt.ExampleWriter(folder / f"{prefix}-{shard}.tfrecord") as writer:
-            for _ in range(size):
-                writer.write({"id": record, "label": record % 7, "name": f"r{record}".encode()})
-                record += 1
-    return str(folder / f"{prefix}-*.tfrecord")
+    def features(record: int) -> dict[str, object]:
+        return {"label": record % 7, "name": f"r{record}".encode()}
+
+    return write_id_shards(folder, sizes, prefix=prefix, extra=features)
 
 
 @pytest.fixture(scope="module")
