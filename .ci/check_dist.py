@@ -8,12 +8,15 @@ into the archives that the configuration leaves out. The wheel is built from the
 (``python -m build`` does that), so a file the sdist lacks fails as a user's source install
 would. No build isolation: the installed setuptools builds (the dev extra has it), so nothing
 is downloaded. The venv sees the system's packages (torch, numpy, ...) and gets the wheel with
-``--no-deps``.
+``--no-deps``. A second venv gets the sdist with no C compiler (CC=/bin/false): it installs and
+decodes on the slower paths (the portable wheels of packaging/build_wheels.sh are checked by
+tests/test_wheel.py).
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import shutil
 import subprocess
 import sys
@@ -49,8 +52,17 @@ SDIST_FILES = [
     "pyproject.toml",
     "README.md",
     "LICENSE",
-    "torch_tfrecord/support/_native.c",
+    # the extensions' C files, each in its layer's folder (setup.py's NATIVE_SOURCES, JPEG_SOURCES)
+    "torch_tfrecord/_native_module.c",
+    "torch_tfrecord/support/_native.h",
+    "torch_tfrecord/support/_cpu.h",
+    "torch_tfrecord/records/_framing.c",
+    "torch_tfrecord/records/_gather.h",
+    "torch_tfrecord/codec/_wire.c",
+    "torch_tfrecord/data/_permutation.c",
     "torch_tfrecord/codec/_jpeg.c",
+    "torch_tfrecord/codec/_resize.h",
+    "packaging/extension.map",  # setup.py's version script for a static libjpeg
     "torch_tfrecord/py.typed",
     "torch_tfrecord/__init__.pyi",
     "torch_tfrecord/proto/feature.proto",
@@ -58,6 +70,16 @@ SDIST_FILES = [
     "index_tools/build.py",
 ]
 NOWHERE = ["tests/*", "build/*", "*__pycache__*", "*.pyc"]  # setuptools adds *.egg-info/ to any sdist
+
+# The sdist installed where there is no C compiler: it installs, and decodes on the slower path.
+NO_COMPILER_CHECK = """
+import sys, warnings, torch, torch_tfrecord as tt
+assert tt.__file__.startswith(sys.prefix), (tt.__file__, sys.prefix)
+from torch_tfrecord.codec import native, image_roi
+assert native.decoder() == "python" and not image_roi.available()
+record = tt.encode_example({"a": [1, 2]})
+assert tt.decode_batch([record], {"a": tt.FixedLen((2,), torch.int64)})["a"].tolist() == [[1, 2]]
+"""
 
 IMPORT_CHECK = """
 import sys, torch, torch_tfrecord as tt, index_tools
@@ -93,9 +115,9 @@ def source_copy(destination: Path) -> Path:
     return destination
 
 
-def run(*command: str | Path, cwd: Path | None = None) -> None:
+def run(*command: str | Path, cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
     print("+", " ".join(map(str, command)), flush=True)
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
+    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         print(result.stdout[-5000:], result.stderr[-5000:], sep="\n", file=sys.stderr)
         raise SystemExit(f"exit status {result.returncode}")
@@ -135,6 +157,15 @@ def main() -> int:
         run(python, "-c", IMPORT_CHECK, cwd=Path(scratch))  # not the checkout: it would shadow the wheel
         for command in ("torch-tfrecord", "tfrecord-index"):
             run(venv / "bin" / command, "--help", cwd=Path(scratch))
+        run(venv / "bin" / "torch-tfrecord", "doctor", cwd=Path(scratch))
+
+        bare = Path(scratch) / "no-compiler"
+        run(sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", bare)
+        no_compiler = {**os.environ, "CC": "/bin/false", "LDSHARED": "/bin/false", "PIP_NO_INDEX": "1"}
+        bare_python = bare / "bin" / "python"
+        pip = [bare_python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation"]
+        run(*pip, sdist, env=no_compiler)
+        run(bare_python, "-W", "ignore::RuntimeWarning", "-c", NO_COMPILER_CHECK, cwd=Path(scratch))
         sizes = {path.name: path.stat().st_size for path in (wheel, sdist)}
         print("ok:", ", ".join(f"{name} ({size:,} bytes)" for name, size in sizes.items()))
     return 0

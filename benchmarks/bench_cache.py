@@ -11,7 +11,7 @@ shuffle without a cache (slow: every batch fetches nearly every shard).
 
     python benchmarks/bench_cache.py [--latency-ms 0] [--uncached-global]
 
-Needs the `remote` extra (fsspec's HTTP file system, filelock).
+Needs the `remote` extra (fsspec's HTTP file system).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Each input is the text of an index file for one fixed data file of five records.
 
 - parsing gives an ``(n, 2)`` table or raises IndexFormatError;
 - the check against the data file passes only for the file's true index (StaleIndexError
-  otherwise), and so does a dataset given the table;
+  otherwise, naming entries as they are: no offset + size wrapped past 2**63), and so does a
+  dataset given the table;
 - reading records by the (unchecked) entries returns exactly the records at those offsets, or
   raises a TFRecordError: an entry that is wrong is never read as data.
 
@@ -57,6 +58,7 @@ def check(data: bytes) -> None:
         assert not isinstance(checked, Rejected), checked
     elif isinstance(checked, Rejected):
         assert isinstance(checked.error, tt.StaleIndexError), checked
+        assert "byte -" not in str(checked.error), checked  # (offset + size wrapped past 2**63)
         dataset = attempt(lambda: tt.IndexedTFRecordDataset(known["path"], index={str(known["path"]): table}))
         assert isinstance(dataset, Rejected) and isinstance(dataset.error, tt.StaleIndexError), dataset
     else:

@@ -1,9 +1,10 @@
-"""`tfrecord-index`: build, check and summarise TFRecord index files.
+"""`tfrecord-index`: build, check and summarise TFRecord index files; select records.
 
 tfrecord-index build data/train-*.tfrecord --jobs 8
 tfrecord-index check data/
 tfrecord-index stats data/
 tfrecord-index manifest 'gs://bucket/train-*.tfrecord'
+tfrecord-index select 'data/train-*.tfrecord' --where 'label == 3' --out label3.ttsel
 
 Errors are one line (``tfrecord-index: error: ...``); ``--debug`` shows the traceback.
 """
@@ -183,6 +184,49 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_select(args: argparse.Namespace) -> int:
+    from torch_tfrecord.viewer.selecting import select
+
+    options = storage_options(args)
+    types = {}
+    for item in args.type or []:
+        key, _, kind = item.rpartition("=")
+        if not key or kind not in ("int", "float", "bytes"):
+            raise ValueError(f"--type {item!r}: write it as KEY=int, KEY=float or KEY=bytes")
+        types[key] = kind
+    bar = progress_bar(None, "shard", not args.quiet and sys.stderr.isatty())
+    scanned = 0
+
+    def progress(records: int, shard_done: bool) -> None:
+        nonlocal scanned
+        scanned += records
+        if bar is not None:
+            bar.set_postfix_str(f"{scanned:,} records", refresh=False)
+            bar.update(1 if shard_done else 0)
+
+    start = time.perf_counter()
+    try:
+        selection = select(
+            args.paths,
+            where=args.where,
+            spec=types or None,
+            out=args.out,
+            jobs=args.jobs,
+            storage_options=options,
+            progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    kept, total = len(selection), selection.num_records
+    print(
+        f"{args.out}: kept {kept:,} of {plural(total, 'record')} ({100 * kept / total:.2f}%) in "
+        f"{plural(len(selection.shards), 'shard')}, scanned in {seconds:.2f} s"
+    )
+    return 0
+
+
 def _default_manifest(paths: Sequence[str], suffix: str) -> str:
     """``<folder>/<the shards' common name prefix>.manifest.json``."""
     import os
@@ -286,7 +330,38 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_storage_options(manifest)
     manifest.set_defaults(run=_cmd_manifest)
-    add_debug_option(parser, build, check, stats, manifest)
+
+    chosen = add_command(
+        commands,
+        "select",
+        "scan the records once and write the selection of those a filter passes (a .ttsel file a "
+        "dataset reads with select=)",
+        "tfrecord-index select 'data/train-*.tfrecord' --where 'label == 3' --out label3.ttsel\n"
+        "tfrecord-index select s3://bucket/train/ --where 'image/height >= 256 and text ~ dog' "
+        "--out big-dogs.ttsel --jobs 8",
+    )
+    chosen.add_argument("paths", nargs="+", help="data files, globs, directories, URLs or a manifest")
+    chosen.add_argument(
+        "--where",
+        required=True,
+        help="the filter, in the viewer's language: KEY OP VALUE clauses (OP: == != < <= > >=, or ~ "
+        "for contains) joined by 'and'; a list feature passes when any of its values does",
+    )
+    chosen.add_argument("--out", required=True, help="the selection file to write (.ttsel), a path or URL")
+    chosen.add_argument(
+        "--jobs", "-j", type=int, default=1, help="processes that scan shards at once (default: 1)"
+    )
+    chosen.add_argument(
+        "--type",
+        action="append",
+        metavar="KEY=KIND",
+        help="the type (int, float or bytes) of a feature that few records set (the others are "
+        "read from the first 1,000 records); may be repeated",
+    )
+    chosen.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    add_storage_options(chosen)
+    chosen.set_defaults(run=_cmd_select)
+    add_debug_option(parser, build, check, stats, manifest, chosen)
     return parser
 
 

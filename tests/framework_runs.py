@@ -7,7 +7,9 @@ calling ``set_epoch``, and writes ``OUT/FRAMEWORK-rank<R>.json``: for each confi
 is ``dataset`` (a TFRecordDataset; an item is a record id), ``mix`` (two TFRecordDatasets of the
 same records mixed 55/45 by ``tt.mix``; an item is ``source * MIX_ITEM + record id``) or ``pack``
 (the records' token sequences packed into rows of PACK_LENGTH by ``tt.pack``, concatenated and cut
-so that sequences span rows and ranks; an item is a token, ``record id * 100 + its place``).
+so that sequences span rows and ranks; an item is a token, ``record id * 100 + its place``) or
+``select`` (a TFRecordDataset of the records a selection file keeps, ``select=``; an item is a
+record id).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ SHARD_SIZES = (130, 70, 110, 93)  # 403 records, uneven
 MIX_WEIGHTS = {"a": 550, "b": 450}
 MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
 PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 100 + j
-KIND = {"kind": "dataset"}  # what make_dataset makes: "dataset", "mix" or "pack" (main's last argument)
+# What make_dataset makes: "dataset", "mix", "pack" or "select" (main's last argument).
+KIND = {"kind": "dataset"}
+SELECTED = [record for record in range(sum(SHARD_SIZES)) if record % 3]  # the selection file's records
 
 warnings.filterwarnings(
     "ignore", message=".*(worker processes in total|set_vital|does not have many workers).*"
@@ -50,6 +54,8 @@ def write_data(folder: Path) -> None:
             for _ in range(size):
                 writer.write({"id": record_id, "tokens": record_tokens(record_id)})
                 record_id += 1
+    files = tt.TFRecordDataset(f"{folder}/*.tfrecord").files
+    tt.Selection.from_ids(files, SELECTED).write(folder / "selected.ttsel")
 
 
 def record_tokens(record_id: int) -> list[int]:
@@ -62,9 +68,11 @@ def make_dataset(data: str, mode: str) -> tt.TFRecordDataset | tt.MixedDataset |
         return make_mix(data, batch_size)
     if KIND["kind"] == "pack":
         return make_pack(data, batch_size)
+    select = f"{data}/selected.ttsel" if KIND["kind"] == "select" else None
     return tt.TFRecordDataset(
-        f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=3, drop_last=False, batch_size=batch_size
-    )
+        f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=3, drop_last=False, batch_size=batch_size,
+        select=select,
+    )  # fmt: skip
 
 
 def make_mix(data: str, batch_size: int | None = None, **world: Any) -> tt.MixedDataset:

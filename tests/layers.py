@@ -42,6 +42,21 @@ def group_of(module: str) -> tuple[int, str] | None:
     return None
 
 
+def source_group(path: Path) -> tuple[int, str] | None:
+    """``(layer, group name)`` of a C source or header of the package: its folder's layer, as for a
+    Python module there; one in the package's own folder (the compiled module's file that joins the
+    parts of each layer) sits at the top, with the face."""
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if len(parts) == 2:
+        return TOP, "face"
+    return group_of(".".join(parts))
+
+
+def c_files() -> list[Path]:
+    """Every C source and header of the package."""
+    return sorted(p for pattern in ("*.c", "*.h") for p in (ROOT / "torch_tfrecord").rglob(pattern))
+
+
 def modules() -> dict[str, Path]:
     """Every Python module of the two packages, by dotted name."""
     found = {}

@@ -41,7 +41,6 @@ from torch_tfrecord.records.remote.cached import CachedFile, download, file_vers
 from torch_tfrecord.records.remote.eviction import choose_victims, next_use
 
 pytest.importorskip("s3fs")
-pytest.importorskip("filelock")
 os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "blob": tt.FixedLen((), bytes)}
@@ -270,10 +269,10 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
         nonlocal peak
         while not stop.is_set():
             total = 0
-            for name in os.listdir(cache_dir) if cache_dir.exists() else ():
-                if not name.endswith((".json", ".tmp")) and (cache_dir / name).is_file():
+            for folder in (cache_dir / "copies", cache_dir / "partial"):
+                for name in os.listdir(folder) if folder.exists() else ():
                     try:
-                        total += (cache_dir / name).stat().st_size
+                        total += (folder / name).stat().st_size
                     except FileNotFoundError:
                         pass
             peak = max(peak, total)

@@ -10,11 +10,11 @@ import collections
 import functools
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import launch
 import pytest
 import torch
 from gloo import gather_ranks
@@ -132,16 +132,13 @@ def test_train_ddp_example_runs_under_torchrun(tmp_path: Path) -> None:
         "--workers", "1", "--checkpoint", str(tmp_path / "ckpt"),
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
+    done = launch.run(command, timeout_s=TIMEOUT_S, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stdout.splitlines() if line.startswith("epoch")]
     assert len(lines) == 2 and "batches per rank x 2 ranks" in lines[0]
     assert float(lines[1].rsplit(" ", 1)[1]) > 0.5  # it learns
     assert (tmp_path / "ckpt" / "rank1.pt").exists()
-    resumed = subprocess.run(
-        [*command, "--resume", "--epochs", "3"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
-        cwd=tmp_path,
-    )  # fmt: skip
+    resumed = launch.run([*command, "--resume", "--epochs", "3"], timeout_s=TIMEOUT_S, env=env, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert [line.split(":")[0] for line in resumed.stdout.splitlines() if line.startswith("epoch")] == [
         "epoch 2"
@@ -153,19 +150,16 @@ def test_train_ddp_example_runs_in_one_process_without_a_launcher(tmp_path: Path
     env = {key: value for key, value in os.environ.items() if key not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
     command = [sys.executable, script, "--data", "data", "--epochs", "1", "--workers", "0"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path)
+    done = launch.run(command, timeout_s=TIMEOUT_S, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "no launcher: training in one process (for several: torchrun" in done.stdout
     assert "batches per rank x 1 ranks" in done.stdout
     assert any((tmp_path / "data").glob("*.tfrecord"))  # --data relative to where it runs
-    refused = subprocess.run(
-        [*command, "--resume"], capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path
-    )
+    refused = launch.run([*command, "--resume"], timeout_s=TIMEOUT_S, env=env, cwd=tmp_path)
     assert refused.returncode == 2 and "--resume needs --checkpoint" in refused.stderr
-    missing = subprocess.run(
-        [*command, "--resume", "--checkpoint", "nowhere"],
-        capture_output=True, text=True, timeout=TIMEOUT_S, env=env, cwd=tmp_path,
-    )  # fmt: skip
+    missing = launch.run(
+        [*command, "--resume", "--checkpoint", "nowhere"], timeout_s=TIMEOUT_S, env=env, cwd=tmp_path
+    )
     assert (
         missing.returncode == 1
         and "--resume: no checkpoint of rank 0 at 'nowhere/rank0.pt'" in missing.stderr

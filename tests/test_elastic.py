@@ -23,9 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import launch
 import pytest
 import torch.distributed as dist
 from gloo import free_port, spawn
+from id_shards import write_id_shards
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
@@ -36,14 +38,7 @@ SIZES = (5, 40, 17, 1)  # 63 records, uneven shards
 
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> str:
-    folder = tmp_path_factory.mktemp("elastic")
-    record_id = 0
-    for shard, size in enumerate(SIZES):
-        with tt.ExampleWriter(folder / f"part-{shard}.tfrecord") as writer:
-            for _ in range(size):
-                writer.write({"id": record_id})
-                record_id += 1
-    return str(folder / "part-*.tfrecord")
+    return write_id_shards(tmp_path_factory.mktemp("elastic"), SIZES)
 
 
 def _make(shards: str, rank: int | None, world_size: int | None, **kwargs: Any) -> tt.TFRecordDataset:
@@ -259,30 +254,35 @@ def _env() -> dict[str, str]:
 def test_two_nodes_of_two_processes_read_every_record_once(tmp_path: Path) -> None:
     """Two torchrun agents as two nodes on 127.0.0.1: the dataset takes the global rank."""
     port = str(free_port())
-    agents = [
-        subprocess.Popen(
-            _torchrun(
-                "--nnodes=2",
-                f"--node_rank={node}",
-                "--nproc_per_node=2",
-                "--master_addr=127.0.0.1",
-                f"--master_port={port}",
-                work=tmp_path,
-                script_args=("--epochs", "2"),
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=_env(),
-            cwd=tmp_path,
-        )
-        for node in (0, 1)
-    ]
-    try:
-        outputs = [agent.communicate(timeout=TIMEOUT_S)[0] for agent in agents]
-    finally:
-        for agent in agents:
-            agent.kill()
+    deadline = time.monotonic() + 3 * TIMEOUT_S  # a hang's limit, not a speed limit (pytest's: 600 s)
+    with contextlib.ExitStack() as stack:
+        agents = [
+            stack.enter_context(  # each agent's whole tree is stopped when the block ends
+                launch.tree(
+                    _torchrun(
+                        "--nnodes=2",
+                        f"--node_rank={node}",
+                        "--nproc_per_node=2",
+                        "--master_addr=127.0.0.1",
+                        f"--master_port={port}",
+                        work=tmp_path,
+                        script_args=("--epochs", "2"),
+                    ),
+                    stdout=(tmp_path / f"agent{node}.txt").open("w"),
+                    stderr=subprocess.STDOUT,
+                    env=_env(),
+                    cwd=tmp_path,
+                )
+            )
+            for node in (0, 1)
+        ]
+        for node, agent in enumerate(agents):
+            try:
+                agent.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                output = (tmp_path / f"agent{node}.txt").read_text()[-3000:]
+                pytest.fail(f"agent {node} did not finish (a hang): {output}")
+    outputs = [(tmp_path / f"agent{node}.txt").read_text() for node in (0, 1)]
     assert [agent.returncode for agent in agents] == [0, 0], "\n".join(o[-3000:] for o in outputs)
     logs = _logs(tmp_path, 0)
     assert sorted(logs) == [0, 1, 2, 3]
@@ -303,23 +303,7 @@ def test_two_nodes_of_two_processes_read_every_record_once(tmp_path: Path) -> No
     assert "epoch 1: 36 steps per rank x 4 ranks" in outputs[0] + outputs[1]
 
 
-def _descendants(pid: int) -> list[int]:
-    """``pid`` and every process below it (torchrun starts its workers in their own sessions)."""
-    children = collections.defaultdict(list)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children[parent].append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        found.append(todo.pop())
-        todo += children.get(found[-1], [])
-    return found
-
-
-@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the node's processes in /proc")
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the node's processes in /proc")
 def test_torchrun_elastic_restarts_on_the_remaining_node_and_finishes_the_epoch(tmp_path: Path) -> None:
     """``--nnodes=1:2``: node B's processes are killed mid-epoch; node A restarts alone from the last
     checkpoint (saved by 4 ranks) and finishes the epoch on 2: nothing lost, nothing twice."""
@@ -335,7 +319,7 @@ def test_torchrun_elastic_restarts_on_the_remaining_node_and_finishes_the_epoch(
     )  # fmt: skip
     started, limit = time.monotonic(), 2.5 * TIMEOUT_S
     options: dict[str, Any] = {"stderr": subprocess.STDOUT, "text": True, "env": _env(), "cwd": tmp_path}
-    node_a = subprocess.Popen(command, stdout=(tmp_path / "a.txt").open("w"), **options)
+    node_a = launch.start(command, stdout=(tmp_path / "a.txt").open("w"), **options)
     node_b = None
     try:
         while True:  # node A hosts the rendezvous store (B, the node that dies, must not)
@@ -345,7 +329,7 @@ def test_torchrun_elastic_restarts_on_the_remaining_node_and_finishes_the_epoch(
             except OSError:
                 assert time.monotonic() - started < limit and node_a.poll() is None
                 time.sleep(0.1)
-        node_b = subprocess.Popen(command, stdout=(tmp_path / "b.txt").open("w"), **options)
+        node_b = launch.start(command, stdout=(tmp_path / "b.txt").open("w"), **options)
         log = tmp_path / "log" / "attempt0-rank0.jsonl"
         while True:  # until the 4 ranks have read a step past a checkpoint (every 3 steps) mid-epoch
             assert time.monotonic() - started < limit, (tmp_path / "a.txt").read_text()[-3000:]
@@ -353,16 +337,14 @@ def test_torchrun_elastic_restarts_on_the_remaining_node_and_finishes_the_epoch(
             lines = log.read_text().splitlines()[1:] if log.exists() else []
             if lines and json.loads(lines[-1])["step"] >= 7 and json.loads(lines[-1])["step"] % 3 == 1:
                 break
-        for pid in _descendants(node_b.pid):
+        for pid in launch.marked(node_b.tree):  # type: ignore[attr-defined]  # node B dies: all of it
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         assert node_a.wait(timeout=limit) == 0, (tmp_path / "a.txt").read_text()[-3000:]
     finally:
         for node in (node_a, node_b):
-            if node is not None and node.poll() is None:
-                for pid in _descendants(node.pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+            if node is not None:
+                launch.stop(node, grace_s=0.0)  # its whole tree, orphans included
     attempts = sorted(
         int(p.name[7:].partition("-")[0]) for p in (tmp_path / "log").glob("attempt*-rank0.jsonl")
     )

@@ -18,12 +18,17 @@ from test_imagecodec import photo as imagecodec_photo
 import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch, image_roi
 from torch_tfrecord.errors import FeatureTypeError
+from torch_tfrecord.support import extension
 from torch_tfrecord.support.seeds import mix_seed
 from torch_tfrecord.vision import decode_image
 
 PIL = pytest.importorskip("PIL.Image")
 simplejpeg = pytest.importorskip("simplejpeg")
-pytestmark = pytest.mark.skipif(not image_roi.available(), reason="the _jpeg extension is not built")
+pytestmark = pytest.mark.skipif(
+    not image_roi.available(),
+    reason=f"the _jpeg extension {extension.unavailable(image_roi.load_error)} "
+    "(setup.py builds it where libjpeg-turbo's headers are: apt-get install libjpeg62-turbo-dev)",
+)
 
 
 def photo(
@@ -241,9 +246,12 @@ def test_fast_crops_are_tensorflows_decode_and_crop() -> None:
     decode), which tests/test_tf_jpeg.py checks against TensorFlow, at full scale; at reduced scales
     the same but for a few pixels at a crop's right edge in rare boxes (no TensorFlow call to settle
     it: decode_and_crop_jpeg with ratio= crops in other coordinates)."""
+    from test_tf_jpeg import crop_pixels_missing
+
     from torch_tfrecord.codec import tf_jpeg
 
-    pytest.importorskip("turbojpeg")
+    if crop_pixels_missing():  # the reference here is decode_jpeg_crop_fast: PyTurboJPEG
+        pytest.skip(crop_pixels_missing())
     rng = random.Random(5)
     exact = close = 0
     for case in range(60):

@@ -13,8 +13,10 @@ import importlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import layers
+import native_sources
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,16 +41,32 @@ def _dotted(path: Path, base: Path) -> str:
 
 
 def _extension_name(path: Path, base: Path) -> str:
-    """``pkg/_native.c`` or ``pkg/_native.cpython-311-x86_64-linux-gnu.so``: ``pkg._native``."""
+    """``pkg/_native.cpython-311-x86_64-linux-gnu.so``: ``pkg._native``."""
     stem = path.name.split(".", 1)[0]
     return ".".join([*path.parent.relative_to(base).parts, stem])
 
 
+def _declared_extensions(base: Path) -> set[str]:
+    """The compiled modules that ``base/setup.py`` declares (``Extension("pkg._native", ...)``):
+    importable where they are built, and named here where they are not (no compiler)."""
+    setup = base / "setup.py"
+    if not setup.exists():
+        return set()
+    return {
+        node.args[0].value
+        for node in ast.walk(ast.parse(setup.read_text()))
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", None) == "Extension"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+    }
+
+
 def build_graph(base: Path, packages: tuple[str, ...]) -> Graph:
     files = {_dotted(p, base): p for package in packages for p in (base / package).rglob("*.py")}
-    modules = set(files)
+    modules = set(files) | _declared_extensions(base)
     for package in packages:
-        for pattern in ("*.c", "*.so", "*.pyd"):
+        for pattern in ("*.so", "*.pyd"):
             modules |= {_extension_name(p, base) for p in (base / package).rglob(pattern)}
     graph = Graph(files, modules)
     for name, path in files.items():
@@ -163,7 +181,7 @@ def test_the_checks_catch_a_planted_cycle_and_private_imports(tmp_path: Path) ->
     (package / "__init__.py").write_text("from .a import run\n")
     (package / "a.py").write_text("def run():\n    from .b import _helper\n    return _helper()\n")
     (package / "b.py").write_text("from . import a, _ext\n\ndef _helper():\n    return a._secret, _ext.x\n")
-    (package / "_ext.c").write_text("")
+    (package / "_ext.cpython-311-x86_64-linux-gnu.so").write_text("")
     planted = build_graph(tmp_path, ("pkg",))
     assert cycles(planted.edges) == [["pkg.a", "pkg.b"]]
     assert planted.private_uses == ["pkg.a: from pkg.b import _helper", "pkg.b: a._secret (line 4)"]
@@ -171,7 +189,7 @@ def test_the_checks_catch_a_planted_cycle_and_private_imports(tmp_path: Path) ->
 
 # The layers (tests/layers.py): folders by layer, imports downward only, modules that stay small.
 
-LONGEST_MODULE = 450  # lines; the compiled extension's C source is one file by choice
+LONGEST_MODULE = 450  # lines (Python modules)
 
 
 def test_every_module_belongs_to_a_layer(graph: Graph) -> None:
@@ -238,3 +256,59 @@ def test_every_name_on_the_architecture_page_exists() -> None:
         else:
             missing.append(name)
     assert missing == []
+
+
+# The C files: each part of the compiled extension sits in the folder of the layer that calls it
+# (torch_tfrecord/support/_native.h), and includes headers of its own layer and below only.
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def include_errors(files: list[Path], group: Any) -> list[str]:
+    """What is wrong with the ``#include "..."`` lines of C ``files`` (``group``: a file's layer):
+    a header of a layer above, of a sibling group of the same layer, a .c file, or one missing."""
+    wrong = []
+    for path in files:
+        level, name = group(path)
+        for included in _INCLUDE.findall(path.read_text()):
+            target = (path.parent / included).resolve()
+            where = f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path} includes {included}"
+            if target.suffix != ".h" or not target.exists():
+                wrong.append(f"{where}: not an existing header")
+                continue
+            target_level, target_name = group(target)
+            if target_level > level or (target_level == level and target_name != name):
+                wrong.append(f"{where} ({target_name}, above {name})")
+    return wrong
+
+
+def test_every_c_file_belongs_to_a_layer_and_to_a_build() -> None:
+    files = layers.c_files()
+    assert [p for p in files if layers.source_group(p) is None] == []
+    built = {*native_sources.sources("NATIVE_SOURCES"), *native_sources.sources("JPEG_SOURCES")}
+    assert {p for p in files if p.suffix == ".c"} == built  # no C file left out of setup.py, none missing
+
+
+def test_c_files_include_their_own_layer_and_those_below_only() -> None:
+    assert include_errors(layers.c_files(), layers.source_group) == []
+
+
+def test_the_include_check_catches_an_include_from_above(tmp_path: Path) -> None:
+    records = ROOT / "torch_tfrecord" / "records" / "_framing.c"
+    upward = tmp_path / "upward.c"
+    upward.write_text(f'#include "{ROOT / "torch_tfrecord" / "codec" / "_wire.h"}"\n#include <stdio.h>\n')
+    sibling = tmp_path / "sibling.c"
+    sibling.write_text(f'#include "{ROOT / "torch_tfrecord" / "data" / "_permutation.h"}"\n')
+    source = tmp_path / "source.c"
+    source.write_text(f'#include "{records}"\n')
+    groups = {upward: (1, "records"), sibling: (3, "vision"), source: (2, "codec")}
+
+    def group(path: Path) -> tuple[int, str] | None:
+        return groups.get(path) or layers.source_group(path)
+
+    found = include_errors([upward, sibling, source], group)
+    assert [line.split(" includes ")[1] for line in found] == [
+        f"{ROOT / 'torch_tfrecord' / 'codec' / '_wire.h'} (codec, above records)",
+        f"{ROOT / 'torch_tfrecord' / 'data' / '_permutation.h'} (datasets, above vision)",
+        f"{records}: not an existing header",
+    ]

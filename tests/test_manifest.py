@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import torch_tfrecord as tt
 from torch_tfrecord.records import manifest as manifest_module
@@ -223,3 +225,45 @@ def test_from_tfds_and_the_viewer_take_a_manifest(tmp_path: Path, monkeypatch: p
     assert (
         files == read_manifest(str(folder / "all.manifest.json")).shard_paths() and sum(counts.values()) > 0
     )
+
+
+_names = st.text(alphabet="abcdefghij0123456789-_.", min_size=1, max_size=12).filter(
+    lambda name: name not in (".", "..")
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    shards=st.lists(
+        st.tuples(
+            st.lists(_names, min_size=1, max_size=3).map("/".join),
+            st.integers(0, 1 << 40),
+            st.integers(0, 1 << 20),
+            st.sampled_from(["", "etag-1", '"x"']),
+            st.sampled_from(["", "gzip", "zlib"]),
+        ),
+        min_size=1,
+        max_size=6,
+        unique_by=lambda shard: shard[0],
+    ),
+    cut=st.integers(0, 400),
+)
+def test_a_manifest_round_trips_and_any_cut_of_it_is_refused_by_name(
+    shards: list[tuple[str, int, int, str, str]], cut: int
+) -> None:
+    from torch_tfrecord.records.manifest import Manifest, ManifestShard, encode_manifest
+
+    entries = tuple(
+        ManifestShard(
+            name, max(size, records * 16), records, version, f"{name}.idx" if not kind else "", kind
+        )
+        for name, size, records, version, kind in shards
+    )
+    location = "memory://bucket/data/train.manifest.json"
+    manifest = Manifest(location, entries, "train.manifest.tables.npz" if len(entries) % 2 else "")
+    data = encode_manifest(manifest)
+    assert decode_manifest(data, location) == manifest
+    assert all(path.startswith("memory://bucket/data/") for path in manifest.shard_paths())
+    if cut < len(data) - 2:  # a manifest cut short (its end is a newline after the closing brace)
+        with pytest.raises(tt.IndexFormatError, match="train.manifest.json"):
+            decode_manifest(data[:cut], location)

@@ -2,21 +2,21 @@
 
 The package declares Python >= 3.10; the suite runs on one version (with torch). For the others
 found on this machine (pyenv's 3.10, 3.12, 3.13, or ``TORCH_TFRECORD_PYTHONS``), this compiles
-``_native.c`` against their headers with setup.py's flags plus ``-Werror``, loads the module in
-that interpreter and checks it with the standard library alone (no torch, numpy or crc32c
-there): CRC32C against a bitwise reference, the plain reader's framing, and decoding an Example.
-Versions not installed are skipped, not failed.
+the extension's C files (setup.py's NATIVE_SOURCES) against their headers with setup.py's flags
+plus ``-Werror``, loads the module in that interpreter and checks it with the standard library
+alone (no torch, numpy or crc32c there): CRC32C against a bitwise reference, the plain reader's
+framing, and decoding an Example. Versions not installed are skipped, not failed.
 """
 
 from __future__ import annotations
 
-import ast
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from native_sources import listed, sources
 
 ROOT = Path(__file__).resolve().parent.parent
 VERSIONS = ("3.10", "3.12", "3.13")
@@ -67,28 +67,10 @@ print("ok", sys.version.split()[0], native.HW_CRC)
 """
 
 
-def _compile_args() -> list[str]:
-    """The ``extra_compile_args`` of setup.py's first extension (the one built here), read from
-    its source (it runs setup() when imported): a list, or the name of a list assigned there."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    assigned = {
-        target.id: node.value
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign)
-        for target in node.targets
-        if isinstance(target, ast.Name)
-    }
-    for node in ast.walk(tree):
-        if isinstance(node, ast.keyword) and node.arg == "extra_compile_args":
-            value = assigned[node.value.id] if isinstance(node.value, ast.Name) else node.value
-            return list(ast.literal_eval(value))
-    raise AssertionError("setup.py declares no extra_compile_args")
-
-
 def _interpreters() -> dict[str, str]:
-    listed = os.environ.get("TORCH_TFRECORD_PYTHONS")
-    if listed:
-        candidates = listed.split(os.pathsep)
+    named = os.environ.get("TORCH_TFRECORD_PYTHONS")
+    if named:
+        candidates = named.split(os.pathsep)
     else:
         pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
         candidates = [str(p / "bin" / "python") for p in sorted(pyenv.glob("3.*"))]
@@ -125,8 +107,8 @@ def builds(
             check=True,
         ).stdout.split()
         target = out / f"_native{paths[1]}"
-        command = [compiler, "-shared", "-fPIC", *_compile_args(), "-Werror", f"-I{paths[0]}"]
-        command += [str(ROOT / "torch_tfrecord" / "support" / "_native.c"), "-o", str(target)]
+        command = [compiler, "-shared", "-fPIC", *listed("FLAGS"), "-Werror", f"-I{paths[0]}"]
+        command += [*map(str, sources("NATIVE_SOURCES")), "-o", str(target)]
         running[version] = (
             python,
             target,

@@ -24,14 +24,15 @@ PUBLIC = [
     "ExampleWriter", "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen",
     "FixedLenSequence", "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
     "LoadStats", "MissingFeatureError", "MixedDataset", "PackedDataset", "Ragged", "RawTensor", "ReadStats",
-    "RecordWriter", "RemoteIOError", "RowList", "ShardedWriter", "SourceNotFoundError", "SpecError",
-    "StaleIndexError", "TFRecordDataset", "TFRecordError", "TruncatedRecordError", "VarLen", "bucket",
-    "build_compressed_index", "build_index", "check_index", "collate", "count_records", "decode_batch",
-    "decode_example", "decode_sequence_batch", "decode_sequence_example", "default_index_path",
-    "detection_spec", "encode_example", "encode_record", "encode_sequence_example", "from_parquet",
-    "from_tfds", "infer_spec", "load_compressed_index", "load_index", "loader", "masked_crc32c", "mix",
-    "pack", "read_records", "save_compressed_index", "save_index", "segmentation_spec", "split_batch",
-    "to_hf", "to_parquet", "write_dataset",
+    "RecordWriter", "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedWriter",
+    "SourceNotFoundError", "SpecError", "StaleIndexError", "TFRecordDataset", "TFRecordError",
+    "TruncatedRecordError", "VarLen", "bucket", "build_compressed_index", "build_index", "check_index",
+    "collate", "count_records", "decode_batch", "decode_example", "decode_sequence_batch",
+    "decode_sequence_example", "default_index_path", "detection_spec", "encode_example",
+    "encode_record", "encode_sequence_example", "from_parquet", "from_tfds", "infer_spec",
+    "load_compressed_index", "load_index", "loader", "masked_crc32c", "mix", "pack", "read_records",
+    "save_compressed_index", "save_index", "segmentation_spec", "select", "split_batch", "to_hf",
+    "to_parquet", "write_dataset",
 ]  # fmt: skip
 
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from torch_tfrecord import Ragged
+from torch_tfrecord.errors import UnsupportedVersionError
 
 
 @pytest.fixture
@@ -34,6 +35,10 @@ def test_padding_and_nested(ragged: Ragged) -> None:
     assert ragged.to_padded(0, length=5).shape == (3, 5)
     with pytest.raises(ValueError, match="more than length=3"):
         ragged.to_padded(0, length=3)
+    if not hasattr(torch.nested, "nested_tensor_from_jagged"):  # torch < 2.3
+        with pytest.raises(UnsupportedVersionError, match=r"Ragged.to_nested needs torch >= 2\.3"):
+            ragged.to_nested()
+        return
     nested = ragged.to_nested()
     assert [t.tolist() for t in nested.unbind()] == ragged.tolist()
 

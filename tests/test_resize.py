@@ -16,8 +16,13 @@ from test_image_roi import photo
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch, image_roi
+from torch_tfrecord.support import extension
 
-pytestmark = pytest.mark.skipif(not image_roi.available(), reason="the _jpeg extension is not built")
+pytestmark = pytest.mark.skipif(
+    not image_roi.available(),
+    reason=f"the _jpeg extension {extension.unavailable(image_roi.load_error)} "
+    "(setup.py builds it where libjpeg-turbo's headers are: apt-get install libjpeg62-turbo-dev)",
+)
 
 
 def torch_resize(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

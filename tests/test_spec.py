@@ -14,8 +14,14 @@ def test_fixed_len_validates_at_construction() -> None:
     assert filled == tt.FixedLen((2, 2), torch.int64, default=[0, 0, 0, 0])  # one canonical form
     assert tt.FixedLen((2,), torch.float32, default=[1, 2]).default_values() == (1.0, 2.0)
     assert tt.FixedLen((2,), torch.float32).default_values() is None
-    huge = tt.FixedLen((1 << 16, 1 << 14), torch.float32, default=0.5)  # stored as one value
-    assert huge.default == (0.5,)
+    large = tt.FixedLen((1 << 12, 1 << 12), torch.float32, default=0.5)  # stored as one value
+    assert large.default == (0.5,)
+    # Filled into every record that lacks it: at most 2**24 values (issue 44: a spec.json with a
+    # shape of 10**9 and a default was a MemoryError when decoding began).
+    for shape in ((1 << 16, 1 << 14), (10**9,), ((1 << 24) + 1,)):
+        with pytest.raises(tt.SpecError, match="a default fills at most 16777216"):
+            tt.FixedLen(shape, torch.float32, default=0.5)
+    assert tt.FixedLen((10**9,), torch.float32).default is None  # without a default: a record's own
     with pytest.raises(tt.SpecError, match="no record can"):
         tt.FixedLen((1 << 20, 1 << 20), torch.float32, default=0.5)
     # Empty, yet its strides would overflow (torch: "Stride calculation overflowed" on use).

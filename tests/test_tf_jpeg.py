@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torch_tfrecord as tt
-from torch_tfrecord.codec import image_batch, tf_jpeg
+from torch_tfrecord.codec import image_batch, image_roi, tf_jpeg
 from torch_tfrecord.errors import SpecError
 from torch_tfrecord.vision import decode_image
 
@@ -37,6 +37,23 @@ CROPS = {
 
 def jpeg(kind: str) -> bytes:
     return (DATA / f"{kind}.jpg").read_bytes()
+
+
+def crop_pixels_missing(kind: str = "cmyk") -> str | None:
+    """Why TensorFlow's crop pixels of a JPEG of ``kind`` cannot be made here (None: they can):
+    they come from the _jpeg extension, or from PyTurboJPEG (CMYK JPEGs always)."""
+    try:
+        tf_jpeg.crop_library()
+        return None
+    except ImportError:
+        pass
+    if image_roi.available() and kind != "cmyk":
+        return None
+    other = "" if kind == "cmyk" else " or the _jpeg extension (built with libjpeg's headers)"
+    return (
+        "TensorFlow's crop pixels of this JPEG need PyTurboJPEG with the libturbojpeg shared library "
+        f"(apt-get install libturbojpeg0){other}"
+    )
 
 
 def hwc(image: torch.Tensor) -> np.ndarray:
@@ -87,6 +104,8 @@ def test_size_at_a_dct_scale_is_tensorflows_ratio(kind: str, ratio: int) -> None
 def test_a_crop_at_full_scale_is_tensorflows_decode_and_crop(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    if crop_pixels_missing(kind):
+        pytest.skip(crop_pixels_missing(kind))
     top, left, height, width = CROPS[kind]
     # Whatever region a crop policy draws, its pixels are TF's decode_and_crop_jpeg of it.
     monkeypatch.setattr(image_batch, "crop_box", lambda *args: (top, left, height, width))
@@ -96,6 +115,8 @@ def test_a_crop_at_full_scale_is_tensorflows_decode_and_crop(
 
 
 def test_center_crop_in_a_dataset_is_tensorflows_decode_and_crop(tmp_path: Path) -> None:
+    if crop_pixels_missing("baseline_420"):
+        pytest.skip(crop_pixels_missing("baseline_420"))
     path = str(tmp_path / "images.tfrecord")
     with tt.ExampleWriter(path) as writer:
         writer.write({"image": jpeg("baseline_420")})
@@ -136,7 +157,10 @@ def test_adobe_marker_is_found_only_in_the_header() -> None:
 
 
 def test_crops_without_pyturbojpeg_name_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without PyTurboJPEG's library TensorFlow's crops come from the _jpeg extension where it is
+    built (tests/test_image_roi.py); with neither, the error names what to install."""
     monkeypatch.setattr(tf_jpeg, "_turbojpeg", lambda: None)
+    monkeypatch.setattr(image_roi, "compiled", None)
     with pytest.raises(ImportError, match="libturbojpeg0.*fastjpeg"):
         image_batch.decode_images([jpeg("grey")], tt.Image(size=16, crop="center", dct="fast"))
     # Whole images (decode_jpeg, ratio=) need simplejpeg only.
@@ -145,6 +169,8 @@ def test_crops_without_pyturbojpeg_name_the_extra(monkeypatch: pytest.MonkeyPatc
 
 @pytest.mark.parametrize("mode", ["RGB", "L"])
 def test_region_decoding_at_a_reduced_scale_is_close_to_full_decode_crop_resize(mode: str) -> None:
+    if crop_pixels_missing():  # decode_jpeg_crop_fast itself: PyTurboJPEG
+        pytest.skip(crop_pixels_missing())
     from test_imagecodec import photo, psnr, reference
 
     pytest.importorskip("turbojpeg")

@@ -257,6 +257,29 @@ def test_a_filter_links_to_the_records_it_found(page: Any) -> None:
     assert page.locator("#record-8 tr[data-key='label'] .values").inner_text() == "3"
 
 
+def test_a_filters_matches_saved_as_a_selection(browser: Any, data: dict[str, Path], tmp_path: Path) -> None:
+    import torch_tfrecord as tt
+
+    with running_viewer(str(data["detection"])) as (url, _), _browsing(browser, url) as page:
+        _open(page, "search/" + urllib.parse.quote("label == 3 and image/object/class/label >= 4"))
+        expect(page.locator("#search-state")).to_have_text(re.compile("done$"))
+        shown = page.locator("#matches a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+        with page.expect_download() as waiting:
+            page.click("#save-selection")
+        download = waiting.value
+        assert download.suggested_filename == "selection.ttsel"
+        expect(page.locator("#selection-state")).to_have_text(" saved selection.ttsel")
+        selection = tt.Selection.from_bytes(Path(download.path()).read_bytes())
+        assert [f"#records/0/{n}" for n in selection.record_ids().tolist()] == shown != []
+        assert selection == tt.select(
+            str(data["detection"]), where="label == 3 and image/object/class/label >= 4"
+        )
+        _open(page, "search/" + urllib.parse.quote("label == 99"))
+        expect(page.locator("#search-state")).to_have_text(re.compile("done$"))
+        page.click("#save-selection")
+        expect(page.locator("#selection-state")).to_contain_text("no record passes `label == 99`")
+
+
 def test_statistics_finish_and_count_values(page: Any) -> None:
     _open(page, "statistics")
     expect(page.locator("#stats-state")).to_have_text("complete", timeout=20_000)
@@ -326,8 +349,9 @@ def test_a_remote_file_costs_a_few_ranged_requests(
         context.close()
     assert set(asked) == {urllib.parse.urlsplit(viewer).netloc}  # the browser asks the viewer only
     # the first page, its 20 images included: the index, the file's first bytes (is it compressed?)
-    # and one range of the 10 MB shard; the last page: one more range
-    assert first[0].get("GET", 0) <= 4 and first[1] <= 2, first
+    # and one range of the 10 MB shard; the last page: one more range. (The index is a ranged GET
+    # too: it is read up to what an index of its shard can hold, issue 44, in one request.)
+    assert first[0].get("GET", 0) <= 4 and first[1] <= 3, first
     assert last[0].get("GET", 0) - first[0].get("GET", 0) == 1 and last[1] - first[1] == 1, (first, last)
 
 

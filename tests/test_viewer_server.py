@@ -70,6 +70,22 @@ def test_the_api_without_torch_and_a_clean_stop_on_ctrl_c(detection: Path) -> No
     assert "stopped" in stderr and "Traceback" not in stderr
 
 
+def test_a_filters_matches_saved_as_a_selection_file(detection: Path) -> None:
+    """``/api/selection``: every record the filter page would show, in a .ttsel file (no torch in
+    the viewer); a dataset of the same file reads exactly those records."""
+    import torch_tfrecord as tt
+
+    with running_viewer(str(detection)) as (url, _):
+        status, body = _get(url + "api/selection?q=" + urllib.parse.quote("label == 3"))
+        assert status == 200
+        selection = tt.Selection.from_bytes(body)
+        assert selection.record_ids().tolist() == [3, 8, 13, 18, 23, 28] and selection.where == "label == 3"
+        dataset = tt.TFRecordDataset(str(detection), spec={"label": "int"}, select=selection)
+        assert sorted(int(sample["label"][0]) for sample in dataset) == [3] * 6
+        status, answer = _get(url + "api/selection?q=" + urllib.parse.quote("label == 99"))
+        assert status == 422 and "no record passes `label == 99` (of 30 records" in answer["error"]
+
+
 def test_an_index_build_waits_for_the_first_page(tmp_path: Path) -> None:
     path = write_detection(tmp_path, records=30)
     Path(str(path) + ".idx").unlink()

@@ -13,6 +13,10 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from .support import versions as _versions
+
+_versions.check_installed()  # an unsupported Python or torch: one clear error here, naming the range
+
 __version__ = "0.1.0"
 _HERE = Path(__file__).parent
 

@@ -47,6 +47,7 @@ from .data.pack import PackedDataset as PackedDataset
 from .data.pack import pack as pack
 from .data.pipeline import PADDING_KEY as PADDING_KEY
 from .data.pipeline import RECORD_ID_KEY as RECORD_ID_KEY
+from .data.selection import Selection as Selection
 from .errors import CompressedIndexError as CompressedIndexError
 from .errors import CorruptRecordError as CorruptRecordError
 from .errors import ExampleDecodeError as ExampleDecodeError
@@ -56,6 +57,7 @@ from .errors import FeatureTypeError as FeatureTypeError
 from .errors import IndexFormatError as IndexFormatError
 from .errors import MissingFeatureError as MissingFeatureError
 from .errors import RemoteIOError as RemoteIOError
+from .errors import SelectionError as SelectionError
 from .errors import SourceNotFoundError as SourceNotFoundError
 from .errors import SpecError as SpecError
 from .errors import StaleIndexError as StaleIndexError
@@ -82,5 +84,6 @@ from .records.reader import ReadStats as ReadStats
 from .records.reader import read_records as read_records
 from .records.resync import DamagedRegion as DamagedRegion
 from .records.writer import RecordWriter as RecordWriter
+from .viewer.selecting import select as select
 from .vision.targets import detection_spec as detection_spec
 from .vision.targets import segmentation_spec as segmentation_spec

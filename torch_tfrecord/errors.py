@@ -16,11 +16,13 @@ __all__ = [
     "IndexFormatError",
     "MissingFeatureError",
     "RemoteIOError",
+    "SelectionError",
     "SourceNotFoundError",
     "SpecError",
     "StaleIndexError",
     "TFRecordError",
     "TruncatedRecordError",
+    "UnsupportedVersionError",
 ]
 
 
@@ -71,6 +73,17 @@ class SourceNotFoundError(TFRecordError, FileNotFoundError):
 class RemoteIOError(TFRecordError, OSError):
     """Remote storage failed: a permission error, or a transient failure that outlasted every
     retry. The message names the URL and the byte range or operation."""
+
+
+class SelectionError(TFRecordError, ValueError):
+    """A selection of records that cannot be used: made for other shards (or shards that changed
+    since), a damaged selection file, a filter that names no feature of the data or compares one
+    with a value of another type, or one that selects nothing."""
+
+
+class UnsupportedVersionError(TFRecordError, ImportError):
+    """``import torch_tfrecord`` found a Python or torch older than the supported range (the message
+    names it); see docs/supported-versions.md."""
 
 
 class SpecError(TFRecordError, ValueError, TypeError):

@@ -20,6 +20,8 @@ GROUPS = {
     "dataset": "Datasets",
     "pack": "Packing token sequences",
     "bucket": "Length buckets",
+    "selecting": "Selecting records",
+    "selection": "Selections",
     "_pipeline": "Keys the datasets add",
     "spec": "Feature specs",
     "codec": "Decoding",

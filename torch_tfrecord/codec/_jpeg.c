@@ -23,6 +23,12 @@
 
 #include "_resize.h"
 
+#ifdef TORCH_TFRECORD_STATIC_JPEG
+/* libjpeg.a as packaging/build_wheels.sh prepares Debian's (compiled for executables): its
+ * jerror.c reaches libc's stderr through this pointer, set when the module loads. */
+__attribute__((visibility("hidden"))) FILE *tt_err;
+#endif
+
 typedef struct {
     struct jpeg_error_mgr pub;
     jmp_buf jump;
@@ -482,6 +488,9 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__jpeg(void) {
+#ifdef TORCH_TFRECORD_STATIC_JPEG
+    tt_err = stderr;
+#endif
     if (PyType_Ready(&PixelsType) < 0) return NULL;
     return PyModule_Create(&module);
 }

@@ -16,16 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#include "../support/_cpu.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define RESIZE_AVX2 1
-#if defined(__linux__)
-/* Two builds of the loops the compiler vectorises; the loader picks one for the CPU. */
-#define VECTORISED __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef VECTORISED
-#define VECTORISED
 #endif
 
 static void axis_free(ResizeAxis *axis) {
@@ -159,8 +154,7 @@ int resize_simd(void) { return 0; }
 static int has_avx2(void) {
     static int known = -1; /* a benign race: every thread computes the same answer */
     if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") ? 1 : 0;
+        known = cpu_has_avx2();
     }
     return known && !portable_only;
 }
@@ -292,8 +286,11 @@ static void vertical_row(const uint8_t *in, long in_stride, long bytes, const in
     }
 }
 
-/* An interleaved row into each channel's plane. */
-VECTORISED static void to_planes(const uint8_t *row, long width, int channels, uint8_t *out, long plane) {
+/* An interleaved row into each channel's plane: loops the compiler vectorises, built twice on
+ * x86-64 (for AVX2 and for any CPU) and picked at run time (not target_clones: its resolver is an
+ * ifunc, glibc only, and asks the compiler runtime's CPU model, which zig cc's leaves empty). */
+static inline __attribute__((always_inline)) void planes_of(const uint8_t *row, long width, int channels,
+                                                            uint8_t *out, long plane) {
     if (channels == 3) {
         uint8_t *red = out, *green = out + plane, *blue = out + 2 * plane;
         for (long x = 0; x < width; x++) {
@@ -305,6 +302,23 @@ VECTORISED static void to_planes(const uint8_t *row, long width, int channels, u
     }
     for (int c = 0; c < channels; c++)
         for (long x = 0; x < width; x++) out[c * plane + x] = row[x * channels + c];
+}
+
+#ifdef RESIZE_AVX2
+__attribute__((target("avx2"))) static void planes_avx2(const uint8_t *row, long width, int channels, uint8_t *out,
+                                                        long plane) {
+    planes_of(row, width, channels, out, plane);
+}
+#endif
+
+static void to_planes(const uint8_t *row, long width, int channels, uint8_t *out, long plane) {
+#ifdef RESIZE_AVX2
+    if (has_avx2()) {
+        planes_avx2(row, width, channels, out, plane);
+        return;
+    }
+#endif
+    planes_of(row, width, channels, out, plane);
 }
 
 static int grow(uint8_t **buffer, long *size, long wanted) {

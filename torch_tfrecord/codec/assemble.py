@@ -225,10 +225,11 @@ def images(
 
     image_backend()  # no image library: an ImportError naming the extra, not "not an image"
     if spec.dct == "fast":  # no library for TF's pixels: an ImportError naming the extra
+        from . import image_roi
         from .tf_jpeg import crop_library, fast_dct_library
 
         fast_dct_library()
-        if spec.crop != "resize":
+        if spec.crop != "resize" and not image_roi.available():  # with _jpeg only CMYK JPEGs need it
             crop_library()
     data = encoded()
     try:

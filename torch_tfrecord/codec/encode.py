@@ -124,7 +124,8 @@ def _fill_array(key: str, array: np.ndarray[Any, Any], feature: Any, what: str) 
             "or tt.Int64List(array)"
         )
     if array.dtype.kind in "iub":
-        if array.dtype == np.uint64 and array.size and array.max() > _INT64_MAX:
+        # against a uint64: numpy 1.x compares a uint64 with a Python int as float64 (2**63 == 2**63 - 1)
+        if array.dtype == np.uint64 and array.size and array.max() > np.uint64(_INT64_MAX):
             raise ValueError(f"feature {key!r}: a uint64 value exceeds int64")
         feature.int64_list.value.extend(array.astype(np.int64).reshape(-1).tolist())
     elif array.dtype.kind == "f":

@@ -29,7 +29,6 @@ from ..support.seeds import mix_seed
 from . import image_roi
 from .spec import Image
 from .tf_jpeg import (
-    crop_library,
     decode_jpeg_crop_fast,
     decode_jpeg_fast,
     fast_dct_library,
@@ -278,15 +277,10 @@ def decode_images(encoded: Sequence[bytes], spec: Image) -> list[torch.Tensor] |
 def _regions_apply(spec: Image) -> bool:
     """Whether the batch's JPEGs go through :mod:`.image_roi`: where it gives the pixels of the path
     without it (simplejpeg's scaled decode; ``decode_and_crop_jpeg``'s for ``dct="fast"`` crops,
-    which still need the ``fastjpeg`` extra as without it: CMYK JPEGs go through PyTurboJPEG)."""
+    with no PyTurboJPEG: only CMYK JPEGs, which take the Python path, need it there)."""
     if not image_roi.available():
+        image_roi.warn_unavailable()
         return False
-    if spec.dct == "fast" and spec.crop != "resize":
-        try:
-            crop_library()
-        except ImportError:
-            return False  # the Python path then names the extra
-        return True
     return spec.dct == "fast" or _simplejpeg() is not None
 
 

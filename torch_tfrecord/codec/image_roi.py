@@ -11,7 +11,8 @@ entropy-decoded, so damage anywhere in the file fails as a whole decode does. Gi
 output (``out``), the thread that decoded a region also resizes it into the
 image's place there, byte for byte as :func:`~torch_tfrecord.codec.image_batch.resize` (torch's
 uint8 antialiased bilinear), so one call returns the finished batch. setup.py builds the extension
-where libjpeg's header is found; without it :func:`available` is False.
+where libjpeg's header is found (the portable wheels carry it, libjpeg-turbo inside); without it,
+or where it cannot load, :func:`available` is False and :func:`warn_unavailable` warns once.
 """
 
 from __future__ import annotations
@@ -21,13 +22,21 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["Region", "available", "decode_regions", "read_sizes", "resize_into", "resizes_fast"]
+from ..support import extension
+
+__all__ = [
+    "Region",
+    "available",
+    "decode_regions",
+    "read_sizes",
+    "resize_into",
+    "resizes_fast",
+    "warn_unavailable",
+]
 
 compiled: ModuleType | None
-try:
-    from . import _jpeg as compiled  # type: ignore[attr-defined, no-redef]
-except ImportError:  # built without libjpeg's header
-    compiled = None
+load_error: ImportError | None  # why it is missing: not built (no libjpeg header), or cannot load
+compiled, load_error = extension.load(__package__ + "._jpeg")
 
 # top, left, height, width of the kept region in the image's pixels, then the pixels wanted
 # across the whole image (the DCT scale is the smallest that keeps at least these).
@@ -37,6 +46,18 @@ Region = tuple[int, int, int, int, int, int]
 def available() -> bool:
     """Whether the extension is built (tests and benchmarks switch it off by setting ``compiled``)."""
     return compiled is not None
+
+
+def warn_unavailable() -> None:
+    """Warns once that JPEGs decode whole (at a reduced scale) because the extension is missing,
+    not where a test or benchmark switched it off (``compiled = None`` after it loaded)."""
+    if compiled is None and load_error is not None:
+        state = extension.unavailable(load_error)
+        extension.warn_once(
+            "roi_jpeg",
+            f"the region-of-interest JPEG decoder (torch_tfrecord.codec._jpeg) {state}; "
+            "JPEGs decode whole at a reduced scale, about half as fast for random crops",
+        )
 
 
 def read_sizes(encoded: Sequence[bytes | memoryview]) -> list[tuple[int, int] | ValueError]:

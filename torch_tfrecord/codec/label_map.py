@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from ..errors import TFRecordError
 
@@ -74,51 +74,29 @@ class LabelMap:
 
     @classmethod
     def decode(cls, text: str, source: str = "<label map>") -> LabelMap:
-        """Parses ``label_map.pbtxt`` text.
+        """Parses ``label_map.pbtxt`` text, in one pass (time linear in its length), of at
+        most :data:`MAX_LABEL_MAP` characters.
 
         Raises:
             LabelMapError: naming the source and line of what does not parse.
         """
+        if len(text) > MAX_LABEL_MAP:
+            raise LabelMapError(
+                f"{source}: {len(text):,} characters, more than a label map holds ({MAX_LABEL_MAP:,})"
+            )
         names: dict[int, str] = {}
         display: dict[int, str] = {}
-        position = 0
-        for match in _ITEM.finditer(text):
-            between = _COMMENT.sub("", text[position : match.start()]).strip()
-            if between:
-                raise LabelMapError(
-                    f"{source} line {_line(text, position)}: expected 'item {{', found {between[:40]!r}"
-                )
-            position = match.end()
-            fields: dict[str, str] = {}
-            body = _COMMENT.sub("", match["body"])
-            consumed = 0
-            for field in _FIELD.finditer(body):
-                if body[consumed : field.start()].strip():
-                    break
-                fields[field["key"]] = (
-                    field["number"] if field["number"] is not None else _unquote(field["string"])
-                )
-                consumed = field.end()
-            rest = body[consumed:].strip()
-            line = _line(text, match.start())
-            if rest:
-                raise LabelMapError(f"{source} line {line}: cannot read {rest[:40]!r} in an item")
+        for line, fields in _items(_tokens(text, source), source):
             if "id" not in fields or "name" not in fields:
                 raise LabelMapError(f"{source} line {line}: an item needs both 'id' and 'name'")
-            try:
-                label = int(fields["id"])
-            except ValueError:
-                raise LabelMapError(f"{source} line {line}: id {fields['id']!r} is not an integer") from None
+            if not _INTEGER.fullmatch(fields["id"]) or len(fields["id"]) > 20:
+                raise LabelMapError(f"{source} line {line}: id {fields['id'][:40]!r} is not an integer")
+            label = int(fields["id"])
             if label in names:
                 raise LabelMapError(f"{source} line {line}: id {label} appears twice")
             names[label] = fields["name"]
             if "display_name" in fields:
                 display[label] = fields["display_name"]
-        trailing = _COMMENT.sub("", text[position:]).strip()
-        if trailing:
-            raise LabelMapError(
-                f"{source} line {_line(text, position)}: expected 'item {{', found {trailing[:40]!r}"
-            )
         if not names:
             raise LabelMapError(f"{source}: no items")
         try:
@@ -127,15 +105,48 @@ class LabelMap:
             raise LabelMapError(f"{source}: {error}") from None
 
 
-_ITEM = re.compile(r"item\s*\{(?P<body>[^{}]*)\}")
-_COMMENT = re.compile(r"#[^\n]*")
-_FIELD = re.compile(
-    r"\s*(?P<key>[A-Za-z_]+)\s*:\s*(?:(?P<number>-?\d+)|(?P<string>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"))\s*[;,]?"
+MAX_LABEL_MAP = 16 << 20
+"""The longest label map read, in characters (a million classes' names fit)."""
+# One token at a time, each alternative read in one scan (none can backtrack into another).
+_TOKEN = re.compile(
+    r"(?P<space>\s+)|(?P<comment>#[^\n]*)|(?P<word>[A-Za-z_][A-Za-z0-9_]*)|(?P<number>-?[0-9]+)"
+    r"|(?P<string>'[^'\\\n]*(?:\\.[^'\\\n]*)*'|\"[^\"\\\n]*(?:\\.[^\"\\\n]*)*\")|(?P<mark>[{}:;,])"
 )
+_INTEGER = re.compile(r"-?[0-9]+")
 
 
-def _line(text: str, position: int) -> int:
-    return text.count("\n", 0, position) + 1
+def _tokens(text: str, source: str) -> Iterator[tuple[str, str, int]]:
+    """``(kind, text, line)`` of each token but spaces and comments."""
+    position, line = 0, 1
+    while position < len(text):
+        token = _TOKEN.match(text, position)
+        if token is None:
+            raise LabelMapError(f"{source} line {line}: cannot read {text[position : position + 40]!r}")
+        kind = token.lastgroup or ""
+        if kind not in ("space", "comment"):
+            yield kind, token[0], line
+        line += token[0].count("\n")
+        position = token.end()
+
+
+def _items(tokens: Iterator[tuple[str, str, int]], source: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """``(line, {field: value})`` of each ``item { ... }``: numbers as their text, strings unquoted."""
+    for kind, text, line in tokens:
+        opening = next(tokens, ("end", "", line))
+        if (kind, text) != ("word", "item") or opening[1] != "{":
+            raise LabelMapError(f"{source} line {line}: expected 'item {{', found {text[:40]!r}")
+        fields: dict[str, str] = {}
+        while True:
+            key = next(tokens, ("end", "the end", line))
+            if key[1] == "}":
+                break
+            if key[1] in (";", ","):  # (text format's optional separators)
+                continue
+            colon, value = next(tokens, ("end", "", line)), next(tokens, ("end", "", line))
+            if key[0] != "word" or colon[1] != ":" or value[0] not in ("number", "string"):
+                raise LabelMapError(f"{source} line {key[2]}: cannot read {key[1][:40]!r} in an item")
+            fields[key[1]] = value[1] if value[0] == "number" else _unquote(value[1])
+        yield line, fields
 
 
 def _quote(name: str) -> str:
@@ -157,5 +168,11 @@ def class_names_beside(path: str) -> dict[int, str] | None:
     candidate = os.path.join(folder, "label_map.pbtxt")
     if not os.path.isfile(candidate):
         return None
-    with open(candidate, encoding="utf-8-sig") as f:
-        return dict(LabelMap.decode(f.read(), source=candidate).names)
+    if os.path.getsize(candidate) > 4 * MAX_LABEL_MAP:  # (4 bytes a character at most)
+        raise LabelMapError(f"{candidate}: larger than a label map holds")
+    try:
+        with open(candidate, encoding="utf-8-sig") as f:
+            text = f.read()
+    except UnicodeDecodeError as error:
+        raise LabelMapError(f"{candidate}: not UTF-8 text (byte {error.start})") from None
+    return dict(LabelMap.decode(text, source=candidate).names)

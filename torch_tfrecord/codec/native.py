@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any, Literal
@@ -26,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from ..support import extension
 from ..support.extension import ENV_VAR, compiled, not_built, requested
 from .assemble import (
     Column,
@@ -46,18 +46,18 @@ __all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_se
 # The extension as a name of this module, so that tests can take it away (None: not built).
 _native: ModuleType | None = compiled
 
-_KIND = {"bytes_list": 1, "float_list": 2, "int64_list": 3}
-_MODE_VAR, _MODE_FIXED, _MODE_MULT, _MODE_ONE = 0, 1, 2, 3
+# The column table's kinds and modes and decode's error codes, by the names codec/_wire.h gives
+# them: the extension exports each (read from it by _code, so the numbers live in C only).
+_KIND = {"bytes_list": "KIND_BYTES", "float_list": "KIND_FLOAT", "int64_list": "KIND_INT64"}
 _REASONS = {
-    1: "out of memory",
-    2: "not a valid serialized message",
-    3: "a feature holds another type of values",
-    4: "a feature holds the wrong number of values",
-    5: "a required feature is missing",
-    6: "the record framing does not match its index entry",
-    7: "a CRC does not match",
+    "DECODE_MEMORY": "out of memory",
+    "DECODE_PARSE": "not a valid serialized message",
+    "DECODE_TYPE": "a feature holds another type of values",
+    "DECODE_COUNT": "a feature holds the wrong number of values",
+    "DECODE_MISSING": "a required feature is missing",
+    "DECODE_FRAME": "the record framing does not match its index entry",
+    "DECODE_CRC": "a CRC does not match",
 }
-_warned = False
 # FixedLen numbers that need no cast: the column's values are the tensor (fixed_tensor's result).
 _NATURAL = {torch.int64: np.int64, torch.float32: np.float32}
 
@@ -73,7 +73,8 @@ class Rejected(Exception):
     def __init__(self, code: int, record: int) -> None:
         self.code = code
         self.record = record
-        self.reason = _REASONS.get(code, f"error {code}")
+        named = (reason for name, reason in _REASONS.items() if _native is not None and _code(name) == code)
+        self.reason = next(named, f"error {code}")
         super().__init__(f"record {record} of the batch: {self.reason}")
 
 
@@ -84,7 +85,6 @@ def decoder() -> Literal["native", "python"]:
         ValueError: the variable holds something else.
         ImportError: ``native`` is asked for and the extension is not built.
     """
-    global _warned
     choice = requested()
     if choice == "python":
         return "python"
@@ -92,15 +92,19 @@ def decoder() -> Literal["native", "python"]:
         return "native"
     if choice == "native":
         raise not_built()
-    if not _warned:
-        _warned = True
-        warnings.warn(
-            "torch_tfrecord: the native decoder is not built (no C compiler at install time?); "
-            "decoding with the protobuf runtime, several times slower",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+    state = extension.unavailable(extension.import_error)
+    hint = " (no C compiler at install time?)" if state == "is not built" else ""
+    extension.warn_once(
+        "native_decoder",
+        f"the native decoder {state}{hint}; decoding with the protobuf runtime, several times slower",
+    )
     return "python"
+
+
+def _code(name: str) -> int:
+    """The extension's constant ``name`` (a kind, mode or error code of codec/_wire.h)."""
+    assert _native is not None
+    return int(getattr(_native, name))
 
 
 def _default_bytes(spec: FixedLen) -> bytes | None:
@@ -115,22 +119,23 @@ def _default_bytes(spec: FixedLen) -> bytes | None:
 def _column(key: str, spec: FeatureSpec, sequence: bool) -> tuple[Any, ...]:
     """The extension's column: (key, kind, mode, numel, required, sequence, default)."""
     name = key.encode()
+    one, fixed, multiple, var = (_code(f"MODE_{mode}") for mode in ("ONE", "FIXED", "MULT", "VAR"))
     if isinstance(spec, Image | RawTensor):  # one bytes value, decoded per record in Python
-        return (name, 1, _MODE_ONE, 1, 1, 0, None)
-    kind = _KIND[list_kind(spec.dtype)]
+        return (name, _code("KIND_BYTES"), one, 1, 1, 0, None)
+    kind = _code(_KIND[list_kind(spec.dtype)])
     if sequence:  # a feature list: steps of numel values (FixedLenSequence) or of any length
         if isinstance(spec, FixedLenSequence):
-            return (name, kind, _MODE_FIXED, math.prod(spec.shape), int(not spec.allow_missing), 1, None)
-        return (name, kind, _MODE_VAR, 0, 0, 1, None)
+            return (name, kind, fixed, math.prod(spec.shape), int(not spec.allow_missing), 1, None)
+        return (name, kind, var, 0, 0, 1, None)
     if isinstance(spec, FixedLen):
         numel = math.prod(spec.shape)
-        if kind == 1 and spec.default is not None:  # a bytes default is filled in below
-            return (name, kind, _MODE_VAR, numel, 0, 0, None)
-        return (name, kind, _MODE_FIXED, numel, 0, 0, _default_bytes(spec))
+        if kind == _code("KIND_BYTES") and spec.default is not None:  # a bytes default is filled in below
+            return (name, kind, var, numel, 0, 0, None)
+        return (name, kind, fixed, numel, 0, 0, _default_bytes(spec))
     if isinstance(spec, FixedLenSequence):
         required = not spec.allow_missing and spec.default is None
-        return (name, kind, _MODE_MULT, math.prod(spec.shape), int(required), 0, None)
-    return (name, kind, _MODE_VAR, 0, 0, 0, None)
+        return (name, kind, multiple, math.prod(spec.shape), int(required), 0, None)
+    return (name, kind, var, 0, 0, 0, None)
 
 
 @functools.lru_cache(maxsize=64)
@@ -224,7 +229,7 @@ class _Assembler:
         counts = np.diff(np.frombuffer(rows_buffer, dtype=np.int64))
         present = np.frombuffer(status, dtype=np.uint8).astype(bool)
         if (counts[present] != numel).any():
-            raise Rejected(4, int(np.flatnonzero(present & (counts != numel))[0]))
+            raise Rejected(_code("DECODE_COUNT"), int(np.flatnonzero(present & (counts != numel))[0]))
         default = list(spec.default_values() or ())
         return byte_rows(where, [row if present[i] else default for i, row in enumerate(listed)], scalar)
 

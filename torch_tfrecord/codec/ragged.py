@@ -9,6 +9,7 @@ from typing import Any, overload
 
 import torch
 
+from ..errors import UnsupportedVersionError
 from .selection import is_row_selection, row_positions
 
 __all__ = ["Ragged"]
@@ -132,8 +133,18 @@ class Ragged:
         return out
 
     def to_nested(self) -> torch.Tensor:
-        """A jagged-layout ``torch.nested`` tensor sharing this batch's values."""
-        return torch.nested.nested_tensor_from_jagged(self.values, self.offsets)
+        """A jagged-layout ``torch.nested`` tensor sharing this batch's values.
+
+        Raises:
+            UnsupportedVersionError: torch has no jagged layout (it came in torch 2.3).
+        """
+        from_jagged = getattr(torch.nested, "nested_tensor_from_jagged", None)
+        if from_jagged is None:
+            raise UnsupportedVersionError(
+                "Ragged.to_nested needs torch >= 2.3 (torch.nested's jagged layout), "
+                f"found {torch.__version__}"
+            )
+        return from_jagged(self.values, self.offsets)  # type: ignore[no-any-return]
 
     def to(self, *args: Any, **kwargs: Any) -> Ragged:
         """Moves or casts the values (offsets follow the device), like ``Tensor.to``."""

@@ -18,6 +18,7 @@ import torch
 from ..errors import SpecError
 
 __all__ = [
+    "UNSIGNED_DTYPES",
     "DType",
     "FeatureSpec",
     "FixedLen",
@@ -34,7 +35,11 @@ ListKind = Literal["int64_list", "float_list", "bytes_list"]
 
 _INT_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_RAW_DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, torch.uint16, torch.uint32, torch.uint64)
+# torch's unsigned types wider than 8 bits (from torch 2.3; left out where torch lacks them)
+UNSIGNED_DTYPES: tuple[torch.dtype, ...] = tuple(
+    getattr(torch, name) for name in ("uint16", "uint32", "uint64") if hasattr(torch, name)
+)
+_RAW_DTYPES = (*_INT_DTYPES, *_FLOAT_DTYPES, *UNSIGNED_DTYPES)
 
 _SHORTHANDS: dict[str, Any] = {}
 
@@ -72,6 +77,9 @@ def _shape(shape: Any, name: str) -> tuple[int, ...]:
 
 
 _MAX_VALUES = (1 << 31) - 1  # a serialized Example is under 2 GiB: no feature holds more values
+# A default is filled in whole for every record that lacks the feature: at most this many values
+# (128 MiB of float64), so that a spec (from a spec.json, say) cannot make a decoder allocate 8 GB.
+_MAX_DEFAULT_VALUES = 1 << 24
 
 
 def _numel(shape: tuple[int, ...], name: str) -> int:
@@ -104,6 +112,11 @@ def _default(default: Any, dtype: Any, shape: tuple[int, ...], name: str) -> Any
     if default is None:
         return None
     numel = _numel(shape, name + " shape")
+    if numel > _MAX_DEFAULT_VALUES:
+        raise SpecError(
+            f"{name} shape {shape} with a default fills {numel} values into every record that lacks it; "
+            f"a default fills at most {_MAX_DEFAULT_VALUES} (leave the default out, or use a smaller shape)"
+        )
     if dtype is bytes or dtype is str:
         values = [default] if isinstance(default, bytes | str) else default
         if not isinstance(values, list | tuple) or any(not isinstance(v, dtype) for v in values):

@@ -33,6 +33,8 @@ __all__ = [
 
 SPEC_FILE = "spec.json"
 FORMAT = "torch-tfrecord-spec"
+MAX_SPEC_BYTES = 16 << 20
+"""The largest spec.json read (a spec of every feature of a wide dataset is a few hundred KB)."""
 _KINDS: dict[str, Any] = {cls.__name__: cls for cls in (FixedLen, VarLen, FixedLenSequence, RawTensor, Image)}
 _TUPLES = ("shape", "size", "scale", "ratio")
 
@@ -67,7 +69,11 @@ def _feature_json(spec: FeatureSpec) -> dict[str, Any]:
 
 
 def _feature(entry: Any, where: str) -> FeatureSpec:
-    if not isinstance(entry, Mapping) or entry.get("kind") not in _KINDS:
+    if (
+        not isinstance(entry, Mapping)
+        or not isinstance(entry.get("kind"), str)
+        or entry["kind"] not in _KINDS
+    ):
         raise SpecError(f"{where}: expected an object with a 'kind' of {sorted(_KINDS)}, got {entry!r}")
     fields = {name: value for name, value in entry.items() if name != "kind"}
     if "dtype" in fields:
@@ -77,8 +83,8 @@ def _feature(entry: Any, where: str) -> FeatureSpec:
             fields[name] = tuple(fields[name])
     try:
         return _KINDS[entry["kind"]](**fields)  # type: ignore[no-any-return]
-    except TypeError as error:
-        raise SpecError(f"{where}: {error}") from None
+    except (TypeError, ValueError, RecursionError) as error:  # (SpecError is both of the first two)
+        raise SpecError(f"{where}: {str(error)[:300]}") from None
 
 
 def _specs_json(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,10 +115,14 @@ def decode_spec_json(text: str, source: str = "spec.json") -> dict[str, dict[str
     Raises:
         SpecError: a spec file (its ``format`` says so) that is malformed, naming the file and key.
     """
+    if len(text) > MAX_SPEC_BYTES:
+        raise SpecError(
+            f"{source}: {len(text):,} characters, more than a spec file holds ({MAX_SPEC_BYTES:,})"
+        )
     try:
         document = json.loads(text)
-    except ValueError as error:
-        raise SpecError(f"{source}: not JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise SpecError(f"{source}: not JSON: {str(error)[:200]}") from None
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return None
     if document.get("version") != 1:
@@ -126,8 +136,14 @@ def decode_spec_json(text: str, source: str = "spec.json") -> dict[str, dict[str
             result[part] = {
                 key: _feature(entry, f"{source} feature {key!r}") for key, entry in entries.items()
             }
-    if not result:
-        raise SpecError(f"{source}: holds neither 'spec' nor 'sequence_spec'")
+    if (
+        not result
+        or ("spec" in result) == ("sequence_spec" in result)
+        or ("context_spec" in result) > ("sequence_spec" in result)
+    ):
+        raise SpecError(
+            f"{source}: holds neither 'spec' nor 'sequence_spec' (or both, or a context without it)"
+        )
     return result
 
 
@@ -161,8 +177,16 @@ def read_spec_file(
     if path is None:
         return None
     if is_url(path):
-        data = remote.read_bytes(path, storage_options)
+        data = remote.read_bytes(path, storage_options, MAX_SPEC_BYTES)
+    elif os.path.getsize(path) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: more than {MAX_SPEC_BYTES:,} bytes, more than a spec file holds")
     else:
         with open(path, "rb") as f:
             data = f.read()
-    return decode_spec_json(data.decode("utf-8"), source=path)
+    if len(data) > MAX_SPEC_BYTES:
+        raise SpecError(f"{path}: more than {MAX_SPEC_BYTES:,} bytes, more than a spec file holds")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{path}: not UTF-8 text: {error}") from None
+    return decode_spec_json(text, source=path)

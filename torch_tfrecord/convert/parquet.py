@@ -24,7 +24,7 @@ from ..codec.encode import encode_example, encode_sequence_example
 from ..codec.schema import InferredSequenceSpec, infer_spec
 from ..codec.spec import FeatureSpec, FixedLen, Image, RawTensor, VarLen, normalize_spec
 from ..codec.spec_file import decode_spec_json, encode_spec_json, read_spec_file, write_spec_file
-from ..errors import SourceNotFoundError
+from ..errors import SourceNotFoundError, SpecError
 from ..records.atomic import PendingFile
 from ..records.io import PathLike, StorageOptions, expand_sources
 from ..records.reader import read_records
@@ -33,7 +33,7 @@ from ..support.extras import install_hint
 from ..support.text import progress_bar
 from ._write import ConversionError, ConversionResult, shard_options, write_stream
 
-__all__ = ["SPEC_METADATA_KEY", "from_parquet", "to_parquet"]
+__all__ = ["SPEC_METADATA_KEY", "decode_parquet_spec", "from_parquet", "to_parquet"]
 
 SPEC_METADATA_KEY = b"torch_tfrecord.spec"
 
@@ -281,21 +281,46 @@ def _flattened(table: Any) -> Any:
     return table.rename_columns([name.replace(".", "/") for name in table.column_names])
 
 
+def decode_parquet_spec(
+    metadata: Mapping[bytes, bytes] | None, source: str
+) -> dict[str, dict[str, FeatureSpec]] | None:
+    """The spec :func:`to_parquet` keeps in a Parquet schema's metadata (None: none there), read
+    as spec.json is, within its bounds.
+
+    Raises:
+        SpecError: a malformed one, naming ``source``.
+    """
+    saved = (metadata or {}).get(SPEC_METADATA_KEY)
+    if saved is None:
+        return None
+    try:
+        text = bytes(saved).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SpecError(f"{source}: the spec in its Parquet metadata is not UTF-8: {error}") from None
+    return decode_spec_json(text, source=f"{source} (Parquet metadata)")
+
+
+def _unreadable(path: str, error: Exception) -> ConversionError:
+    return ConversionError(f"{path!r} is not a Parquet file pyarrow reads: {type(error).__name__}: {error}")
+
+
 def _records(files: list[str], found: dict[str, Any]) -> Iterator[bytes]:
     """Each row of each file as a serialized Example (or SequenceExample, by the saved spec)."""
-    _, pq = _pyarrow()
+    pa, pq = _pyarrow()
     from ..codec.arrow import row_values
 
     for path in files:
-        # pre_buffer (pyarrow's default) keeps every row group read so far: 2 GB of RSS for 2 GB.
-        parquet = pq.ParquetFile(path, pre_buffer=False)
-        saved = (parquet.schema_arrow.metadata or {}).get(SPEC_METADATA_KEY)
-        specs = None if saved is None else decode_spec_json(saved.decode(), source=path)
+        try:  # pre_buffer (pyarrow's default) keeps every row group read so far: 2 GB of RSS for 2 GB
+            parquet = pq.ParquetFile(path, pre_buffer=False)
+            metadata = parquet.schema_arrow.metadata
+        except (OSError, ValueError, pa.ArrowException) as error:
+            raise _unreadable(path, error) from None
+        specs = decode_parquet_spec(metadata, path)
         if found.setdefault("specs", specs) != specs:
             raise ConversionError(f"{path!r} holds another spec than {files[0]!r}: convert them apart")
         sequences = set((specs or {}).get("sequence_spec", {}))
         row = 0
-        for batch in parquet.iter_batches(batch_size=1024):
+        for batch in _batches_of(parquet, path, pa):
             table = _flattened(batch if specs else _as_table(batch))
             if specs is None:
                 for field in table.schema:
@@ -322,6 +347,19 @@ def _records(files: list[str], found: dict[str, Any]) -> Iterator[bytes]:
                 except (TypeError, ValueError) as error:
                     raise ConversionError(f"{path!r} row {row + i}: {error}") from None
             row += table.num_rows
+
+
+def _batches_of(parquet: Any, path: str, pa: Any) -> Iterator[Any]:
+    """The file's rows, 1024 at a time; a damaged file is a ConversionError naming it."""
+    batches = parquet.iter_batches(batch_size=1024)
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (OSError, ValueError, pa.ArrowException) as error:
+            raise _unreadable(path, error) from None
+        yield batch
 
 
 def _as_table(batch: Any) -> Any:

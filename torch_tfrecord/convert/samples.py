@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..codec.encode import BytesList, encode_example
-from ..codec.spec import FeatureSpec, FixedLen, Image, RawTensor, VarLen, list_kind
+from ..codec.spec import UNSIGNED_DTYPES, FeatureSpec, FixedLen, Image, RawTensor, VarLen, list_kind
 from ._write import ConversionError
 
 __all__ = ["ImageFormat", "SampleEncoder", "Signature", "SpecBuilder", "flatten_sample"]
@@ -40,7 +40,7 @@ _NUMPY_TO_TORCH = {
     np.dtype(name): getattr(torch, name)
     for name in ("bool", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
 }
-_RAW = {np.dtype(name): getattr(torch, name) for name in ("uint8", "uint16", "uint32", "uint64")}
+_RAW = {np.dtype(str(dtype).removeprefix("torch.")): dtype for dtype in (torch.uint8, *UNSIGNED_DTYPES)}
 
 
 def _is_pil(value: Any) -> bool:

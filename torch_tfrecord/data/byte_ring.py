@@ -180,7 +180,8 @@ def _write_column(field: np.ndarray[Any, Any], values: list[bytes]) -> bool:
     cuts = field[: 8 * (3 * count + 1)].view(np.int64)
     data = field[cuts.nbytes :]
     if compiled is not None:
-        return compiled.join_into(values, data, cuts) >= 0  # type: ignore[no-any-return]
+        written = compiled.join_into(values, data, cuts)  # the bytes, or JOIN_NOT_BYTES / JOIN_NO_ROOM
+        return written not in (compiled.JOIN_NOT_BYTES, compiled.JOIN_NO_ROOM)  # type: ignore[no-any-return]
     if any(type(value) is not bytes for value in values):
         return False
     lengths = np.fromiter(map(len, values), dtype=np.int64, count=count)

@@ -22,6 +22,8 @@ from .epoch import DEFAULT_PREFETCH, EpochDataset
 from .load_stats import LoadStats
 from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
 from .pipeline import SeededTransform, decoder_for, transformed
+from .selected_files import Subset, selected_files
+from .selection import Selection
 from .shard_index import IndexArg
 from .shards import CacheDir, RecordFiles, record_files
 from .world import resolve_world
@@ -45,6 +47,16 @@ class TFRecordDataset(EpochDataset):
         sources: files, globs, directories or URLs such as ``"s3://bucket/train-*.tfrecord"``
             (sorted, so every rank sees the same list), or a
             :class:`~torch_tfrecord.data.shards.RecordFiles` (e.g. a selection of records).
+        select: read only the records of a selection: a selection file's path (made by
+            :func:`torch_tfrecord.select` or ``tfrecord-index select``) or a
+            :class:`~torch_tfrecord.Selection`, made for these shards (a selection of other or
+            changed shards is refused). Its records are then the dataset's: every promise holds
+            over them, and only their bytes are read.
+        subset: read only some records (of the selection, with ``select``): a fraction
+            (``0.1``) or a count (``5000``) drawn at random from ``seed``, once (the same every
+            epoch, on every rank and worker); a ``range`` or a list of ranges of record ids;
+            record ids; a boolean mask of the records; or a selection as for ``select``. See
+            the guide "Selecting records". ``"_record_id"`` stays each record's id in the files.
         spec: feature specs (see :func:`decode_batch`); None decodes every feature as VarLen;
             ``"raw"`` decodes nothing: each sample is ``{"record": bytes, ...}`` (a batch
             ``{"record": [bytes, ...], ...}``) for a ``transform`` that parses its own format.
@@ -108,6 +120,8 @@ class TFRecordDataset(EpochDataset):
         self,
         sources: PathLike | Sequence[PathLike] | RecordFiles,
         *,
+        select: Selection | PathLike | None = None,
+        subset: Subset = None,
         spec: SpecArg | Literal["raw"] = None,
         context_spec: SpecArg = None,
         sequence_spec: SpecArg = None,
@@ -128,7 +142,10 @@ class TFRecordDataset(EpochDataset):
         prefetch: int = DEFAULT_PREFETCH,
         loader_batch_size: int | None = None,
     ) -> None:
-        self.files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
+        files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
+        self.files = selected_files(
+            files, select=select, subset=subset, seed=seed, storage_options=files.storage_options
+        )
         found_rank, found_size = resolve_world(rank, world_size)
         plan = EpochPlan(
             self.files.shard_sizes,
@@ -163,7 +180,7 @@ class TFRecordDataset(EpochDataset):
 
     @property
     def num_records(self) -> int:
-        """Records in all shards together."""
+        """Records in all shards together (with ``select`` or ``subset``: the records selected)."""
         return self.plan.num_records
 
     def load(

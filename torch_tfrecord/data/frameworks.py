@@ -13,7 +13,7 @@ ranks lost, with no error. The dataset finds these wrappers among its callers (b
 module name, in :mod:`.internals`: nothing imports a framework) and adapts (see
 :mod:`.wrapped`); what it cannot serve exactly raises an error that names the fix. Versions
 of the frameworks other than those whose wrappers were read get a warning, as a wrapper of
-theirs might not be recognised.
+theirs might not be recognised: the known ones are those the compatibility matrix ran green.
 """
 
 from __future__ import annotations
@@ -26,15 +26,18 @@ from typing import Literal
 
 import torch
 
+from ..support.tested_versions import MAJORS
+
 __all__ = ["DISPATCHED_STATE", "KNOWN_MAJORS", "DispatchFlag", "Wrapper", "warn_unknown_versions"]
 
 KNOWN_MAJORS: dict[str, tuple[str, tuple[int, ...]]] = {
-    # module: (distribution, major versions whose data loader wrappers were read)
-    "accelerate": ("accelerate", (1,)),
-    "transformers": ("transformers", (4, 5)),
-    "lightning": ("lightning", (2,)),
-    "pytorch_lightning": ("pytorch-lightning", (2,)),
-    "torchdata": ("torchdata", (0,)),
+    # module: (distribution, the major versions the compatibility matrix ran green: .ci/compat.py
+    # writes them into support/tested_versions.py; pytorch-lightning is released with lightning)
+    "accelerate": ("accelerate", MAJORS["accelerate"]),
+    "transformers": ("transformers", MAJORS["transformers"]),
+    "lightning": ("lightning", MAJORS["lightning"]),
+    "pytorch_lightning": ("pytorch-lightning", MAJORS["lightning"]),
+    "torchdata": ("torchdata", MAJORS["torchdata"]),
 }
 _warned: set[str] = set()
 DISPATCHED_STATE = (

@@ -12,6 +12,8 @@ from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..support.seeds import mix_seed
 from .pipeline import SeededTransform, decoder_for
+from .selected_files import Subset, selected_files
+from .selection import Selection
 from .shard_index import IndexArg
 from .shards import CacheDir, RecordFiles, record_files
 from .workers import end_with_parent
@@ -31,6 +33,8 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
 
     Args:
         sources, spec, context_spec, sequence_spec, index, verify_crc: as for :class:`TFRecordDataset`.
+        select, subset: as for :class:`TFRecordDataset`: index ``i`` is then the ``i``-th
+            selected record (in file order).
         storage_options, cache_dir, cache_limit: as for :class:`TFRecordDataset`.
         transform: applied to each sample with torch's RNG seeded from (seed, epoch, index).
         seed: seed of the transform's random numbers; :meth:`set_epoch` changes them per epoch.
@@ -45,6 +49,8 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
         self,
         sources: PathLike | Sequence[PathLike] | RecordFiles,
         *,
+        select: Selection | PathLike | None = None,
+        subset: Subset = None,
         spec: SpecArg | Literal["raw"] = None,
         context_spec: SpecArg = None,
         sequence_spec: SpecArg = None,
@@ -56,7 +62,10 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
         cache_dir: CacheDir = None,
         cache_limit: int | str | None = None,
     ) -> None:
-        self.files = record_files(sources, index, storage_options, "raise", cache_dir, cache_limit)
+        files = record_files(sources, index, storage_options, "raise", cache_dir, cache_limit)
+        self.files = selected_files(
+            files, select=select, subset=subset, seed=seed, storage_options=files.storage_options
+        )
         self.seed = seed
         self._decoder = decoder_for(self.files, spec, context_spec, sequence_spec, verify_crc, "raise")
         self._transform = None if transform is None else SeededTransform(transform)

@@ -20,7 +20,7 @@ import numpy.typing as npt
 
 from ..errors import IndexFormatError, StaleIndexError
 from ..records.compressed.index import CompressedIndex, decode_compressed_index, is_compressed_index
-from ..records.index import check_table, decode_index, read_index_bytes
+from ..records.index import check_table, decode_index, max_index_bytes, read_index_bytes
 from ..records.io import PathLike, SourceListing, StorageOptions, is_url, local_path
 from ..records.manifest import MANIFEST_SUFFIX, Manifest, is_manifest, read_manifest, read_tables, stale_shard
 from ..records.remote import for_each_path
@@ -230,13 +230,14 @@ def _load(
         table = build_index(path, storage_options=options)
         where = f"the scan of {path!r}"
     else:
+        limit = max_index_bytes(entry.size)  # (what an honest index of the shard can hold)
         data = (
-            read_through(cache, index_path, options)
+            read_through(cache, index_path, options, limit=limit)
             if cache is not None and is_url(index_path)
-            else read_index_bytes(index_path, options)
+            else read_index_bytes(index_path, options, limit)
         )
         if is_compressed_index(data):
-            found = decode_compressed_index(data, index_path)
+            found = decode_compressed_index(data, index_path, data_size=entry.size, data_path=path)
             if found.compressed_size != entry.size or len(found.table) != entry.records:
                 raise stale_shard(manifest.location, path, f"its index {index_path!r} is of another file")
             return found

@@ -30,6 +30,7 @@ from ..records.reader import OnError
 from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
 from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
+from .selected_files import SelectedFiles
 from .shards import RecordFiles
 
 __all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform", "transformed"]
@@ -90,8 +91,12 @@ class BatchDecoder:
         epoch), record_id)``: the same whichever worker or batch decodes a record."""
         if not self.images:
             return self.decode(ids, padding)
-        with image_seeds(mix_seed(seed, epoch), ids):
+        with image_seeds(mix_seed(seed, epoch), self.file_ids(ids)):
             return self.decode(ids, padding)
+
+    def file_ids(self, ids: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The files' record ids of ``ids``: the same, but for a selection (whose ids are places in it)."""
+        return self.files.record_ids(ids) if isinstance(self.files, SelectedFiles) else ids
 
     def batch(
         self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
@@ -102,7 +107,7 @@ class BatchDecoder:
         for key, column in batch.items():
             if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
                 batch[key] = RowList(column)
-        batch[RECORD_ID_KEY] = torch.from_numpy(ids)
+        batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids))
         batch[PADDING_KEY] = torch.from_numpy(padding)
         return batch
 
@@ -113,7 +118,9 @@ class BatchDecoder:
         ``"_record_id"`` and ``"_padding"``."""
         batch, ids, padding = self.decode_seeded(ids, padding, seed, epoch)
         samples = self.split(batch, len(ids))
-        for sample, record_id, pad in zip(samples, ids.tolist(), padding.tolist(), strict=True):
+        for sample, record_id, pad in zip(
+            samples, self.file_ids(ids).tolist(), padding.tolist(), strict=True
+        ):
             sample[RECORD_ID_KEY] = record_id
             sample[PADDING_KEY] = pad
         return samples

@@ -95,7 +95,7 @@ def _check_identity(state: Mapping[str, Any], identity: Mapping[str, Any], keys:
     for key in keys:
         expected, found = identity[key], state.get(key)
         if found != expected:
-            what = "data (files, sizes or record counts)" if key == "fingerprint" else key
+            what = "data (files, sizes, record counts or selection)" if key == "fingerprint" else key
             hint = ""
             if key in ("world_size", "rank"):
                 hint = (

@@ -28,9 +28,10 @@ from ..records.index import (
     decode_index,
     default_index_path,
     encode_index,
+    max_index_bytes,
     read_index_bytes,
 )
-from ..records.io import SourceListing, StorageOptions, exists, is_url, join, resolve_compression
+from ..records.io import SourceListing, StorageOptions, exists, file_size, is_url, join, resolve_compression
 from ..records.reader import OnError
 from ..records.remote import file_info
 from ..records.remote.cache import ShardCache
@@ -166,11 +167,13 @@ def load_shard_index(
         IndexFormatError: the index file is damaged or in neither format.
         StaleIndexError: it does not describe ``data_path``.
     """
+    # what an honest index of the data file can hold: read no more
+    size = file_size(data_path, options) if data_size is None else data_size
     if cache is not None and is_url(index_path):
-        data = read_through(cache, index_path, options, index_info)
+        data = read_through(cache, index_path, options, index_info, limit=max_index_bytes(size))
     else:
-        data = read_index_bytes(index_path, options)
-    return _checked(data, index_path, data_path, options, allow_damaged_gaps, data_size)
+        data = read_index_bytes(index_path, options, max_index_bytes(size))
+    return _checked(data, index_path, data_path, options, allow_damaged_gaps, size)
 
 
 def _checked(
@@ -181,21 +184,15 @@ def _checked(
     allow_damaged_gaps: bool,
     size: int | None = None,
 ) -> ShardIndex:
+    gaps = allow_damaged_gaps
     if is_compressed_index(data):
-        found = decode_compressed_index(data, index_path)
+        found = decode_compressed_index(data, index_path, data_size=size, data_path=data_path)
         check_compressed_index(
-            found, data_path, index_path, allow_damaged=allow_damaged_gaps, storage_options=options, size=size
+            found, data_path, index_path, allow_damaged=gaps, storage_options=options, size=size
         )
         return found
     table = decode_index(data, index_path)
-    check_index(
-        table,
-        data_path,
-        index_path,
-        allow_damaged_gaps=allow_damaged_gaps,
-        storage_options=options,
-        size=size,
-    )
+    check_index(table, data_path, index_path, allow_damaged_gaps=gaps, storage_options=options, size=size)
     return table
 
 
@@ -216,7 +213,8 @@ def scan_cached(
     if kept is not None:  # checked against the cached copy, if there is one (no request)
         copy = cache.lookup(path, int(info["size"]), version)
         where = f"<index of {path!r} kept in {cache.root!r}>"
-        return _checked(kept, where, copy or path, None if copy else options, on_error == "skip")
+        size = int(info["size"])
+        return _checked(kept, where, copy or path, None if copy else options, on_error == "skip", size)
     copy = CachedFile(path, int(info["size"]), version, options, cache).wait()
     source, source_options = (path, options) if copy is None else (copy, None)
     found: ShardIndex

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from ..records.remote.cache import cache_key
-from ..records.remote.eviction import FETCH_AHEAD, Schedule
+from ..records.remote.eviction import FETCH_AHEAD, ShardUses
 from ..records.sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
 from ..support.stages import Helpers
 
@@ -132,7 +132,7 @@ class ShardPool:
         if cache is None:
             return
         self._uses = {s: list(spans) for s, spans in uses.items() if self.specs[s].kind == "cached"}
-        schedule: Schedule = {cache_key(self.specs[s].path): spans for s, spans in self._uses.items()}
+        schedule: ShardUses = {cache_key(self.specs[s].path): spans for s, spans in self._uses.items()}
         cache.publish(schedule)
         self._looked = -float("inf")
         self.advance(now)

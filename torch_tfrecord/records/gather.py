@@ -15,14 +15,21 @@ from ..support.extension import compiled as _native
 __all__ = ["Gathered", "gather", "read_into"]
 
 
-class Gathered(enum.IntEnum):
-    """What ``gather`` in _native.c returns first: the batch read, or what it needs before it can."""
+def _constant(name: str) -> int:
+    # The numbers live in records/_gather.h. Without the extension nothing answers with them:
+    # distinct placeholders then (equal values would make the members aliases).
+    return int(getattr(_native, name, -1 - len(name)))
 
-    DONE = 0  # every record read; the value: bytes used
-    OPEN = 1  # the value: a shard to open first (its descriptor is -1)
-    GROW = 2  # the value: bytes the buffer must hold
-    FAILED = 3  # a record past its file's end, or a read that failed
-    BAD_ID = 4  # an id out of range
+
+class Gathered(enum.IntEnum):
+    """What ``gather`` (records/_gather.c) returns first: the batch read, or what it needs before it
+    can. The values are the extension's ``GATHER_*`` constants, named in records/_gather.h."""
+
+    DONE = _constant("GATHER_DONE")  # every record read; the value: bytes used
+    OPEN = _constant("GATHER_OPEN")  # the value: a shard to open first (its descriptor is -1)
+    GROW = _constant("GATHER_GROW")  # the value: bytes the buffer must hold
+    FAILED = _constant("GATHER_FAILED")  # a record past its file's end, or a read that failed
+    BAD_ID = _constant("GATHER_BAD_ID")  # an id out of range
 
 
 def read_into(
@@ -45,13 +52,14 @@ def gather(
     starts_out: npt.NDArray[np.int64],
     sizes_out: npt.NDArray[np.int64],
     gap: int,
-) -> tuple[int, int]:
+) -> tuple[Gathered, int]:
     """Reads the framed records of global ``ids`` into ``out`` in one call (see ``gather`` in
-    _native.c): ``(status, value)``, the status a :class:`Gathered`.
+    records/_gather.c): ``(status, value)``, the status a :class:`Gathered`.
     Records at most ``gap`` bytes apart in a file are read in one pread, with the bytes between;
     records of a file with a mapping in ``maps`` (a read-only ``mmap``, or None) are copied from
     it when they lie apart."""
     assert _native is not None
-    return _native.gather(  # type: ignore[no-any-return]
+    status, value = _native.gather(
         ids, shard_starts, tables, fds, file_sizes, maps, out, starts_out, sizes_out, gap
     )
+    return Gathered(status), value

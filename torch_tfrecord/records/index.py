@@ -46,6 +46,7 @@ __all__ = [
     "encode_index",
     "index_from_sizes",
     "load_index",
+    "max_index_bytes",
     "read_index_bytes",
     "save_index",
     "write_index_bytes",
@@ -182,13 +183,36 @@ def write_index_bytes(data: bytes, index_path: PathLike, storage_options: Storag
         f.write(data)
 
 
-def read_index_bytes(index_path: PathLike, storage_options: StorageOptions = None) -> bytes:
-    """The bytes of an index file (a path or URL)."""
+def max_index_bytes(data_size: int) -> int:
+    """The most bytes an index (plain or compressed) of a data file of ``data_size`` bytes holds
+    honestly: a record takes 16 bytes at least and its line of text at most about 42 (a
+    compressed index, its deflated size and a share of the seek points); 1 MiB besides."""
+    return 16 * data_size + (1 << 20)
+
+
+def read_index_bytes(
+    index_path: PathLike, storage_options: StorageOptions = None, limit: int | None = None
+) -> bytes:
+    """The bytes of an index file (a path or URL), of at most ``limit`` bytes when given.
+
+    Raises:
+        IndexFormatError: the file is larger than ``limit`` (read no further).
+    """
     name = os.fspath(index_path)
     if is_url(name):
-        return remote.read_bytes(name, storage_options)
-    with open_binary(name) as f:
-        return f.read()
+        data = remote.read_bytes(name, storage_options, limit)
+        size = len(data)
+    else:
+        with open_binary(name) as f:
+            size = os.fstat(f.fileno()).st_size
+            if limit is None or size <= limit:
+                data = f.read()
+    if limit is not None and size > limit:
+        raise IndexFormatError(
+            f"{name!r} has more than {limit:,} bytes: more than an index of its data file can hold "
+            "(see max_index_bytes); not read"
+        )
+    return data
 
 
 def load_index(
@@ -214,7 +238,9 @@ def load_index(
         IndexFormatError: a line is not two non-negative integers.
         StaleIndexError: with ``data_path``, the index does not describe that file.
     """
-    table = decode_index(read_index_bytes(index_path, storage_options), index_path)
+    size = None if data_path is None else file_size(data_path, storage_options)
+    limit = None if size is None else max_index_bytes(size)
+    table = decode_index(read_index_bytes(index_path, storage_options, limit), index_path)
     if data_path is not None:
         check_index(
             table,
@@ -222,6 +248,7 @@ def load_index(
             index_path,
             allow_damaged_gaps=allow_damaged_gaps,
             storage_options=storage_options,
+            size=size,
         )
     return table
 
@@ -231,17 +258,19 @@ def decode_index(data: bytes, index_path: PathLike = "<bytes>") -> npt.NDArray[n
     if _native is not None:  # the canonical form in one pass of compiled code
         rows = np.empty((data.count(b"\n") + 1, 2), dtype=np.int64)  # a row per line
         count = _native.parse_index(data, rows)
-        if count >= 0:
+        if count != _native.INDEX_NOT_CANONICAL:
             return rows[:count]
     lines = data.count(b"\n") + (0 if not data or data.endswith(b"\n") else 1)
     if lines and data.count(b" ") == lines and b"-" not in data and b"+" not in data:
         # C-speed parse of the canonical format; anything unusual falls to the strict path,
         # which names the offending line.
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
+            # Where numpy 2 raises on text it cannot read to its end ("0 1.5"), numpy 1.x warns and
+            # returns what it read so far: that warning fails the fast path too.
+            warnings.simplefilter("error", DeprecationWarning)
             try:
                 values = np.fromstring(data, dtype=np.int64, sep=" ")  # type: ignore[call-overload]
-            except ValueError:
+            except (ValueError, DeprecationWarning):
                 values = None
         # fromstring saturates numbers past int64 instead of failing: those go the strict way.
         if values is not None and len(values) == 2 * lines and values.max() < _INT64_MAX:
@@ -328,6 +357,14 @@ def check_table(
             raise StaleIndexError(f"{where}: the index is empty but the file has {size} bytes")
         return none, none
     offsets, sizes = table[:, 0], table[:, 1]
+    # (each within the file before their sum is taken: offset + size past 2**63 would wrap)
+    beyond = np.flatnonzero((offsets > size) | (sizes > size))
+    if len(beyond):
+        i = int(beyond[0])
+        raise StaleIndexError(
+            f"{where}: entry {i} (byte {offsets[i]}, framed size {sizes[i]}) lies past the end of the "
+            f"file ({size} bytes)"
+        )
     if offsets[0] != 0 and not allow_damaged_gaps:
         raise StaleIndexError(f"{where}: the first record is at byte {offsets[0]}, not 0")
     small = np.flatnonzero(sizes < FRAME_OVERHEAD)

@@ -7,26 +7,68 @@ reader (:mod:`torch_tfrecord.records.scan`). Those that compute the same values 
 whenever it is built: the shuffles' permutation (:mod:`torch_tfrecord.data.order`, which tests
 compare with its numpy twin) and the index parser (:mod:`torch_tfrecord.records.index`). This module
 imports nothing heavy (the CLIs read without torch).
+
+A compiled module that is there but cannot load (a wheel for a newer glibc, a missing symbol, a
+damaged file) never makes ``import torch_tfrecord`` fail: :func:`load` gives None and the reason,
+the library takes its slower path, warns once (:func:`warn_once`), and ``torch-tfrecord doctor``
+names the error.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import warnings
 from types import ModuleType
 from typing import Literal
 
-__all__ = ["ENV_VAR", "compiled", "for_reading", "not_built", "requested"]
+__all__ = [
+    "DOCTOR",
+    "ENV_VAR",
+    "compiled",
+    "for_reading",
+    "load",
+    "not_built",
+    "requested",
+    "unavailable",
+    "warn_once",
+]
 
 ENV_VAR = "TORCH_TFRECORD_DECODER"
+DOCTOR = "torch-tfrecord doctor"  # the command that says which fast paths an install has, and how to get them
+
+_warned: set[str] = set()
+
+
+def load(name: str) -> tuple[ModuleType | None, ImportError | None]:
+    """The compiled module ``name``, or None and why: not built (a ``ModuleNotFoundError`` for
+    ``name`` itself), or there but unloadable (the loader's ``ImportError``: a wrong glibc, a
+    missing symbol, not a shared object for this machine)."""
+    try:
+        return importlib.import_module(name), None
+    except ImportError as error:
+        return None, error
+
+
+def unavailable(error: ImportError | None) -> str:
+    """Why a compiled module is missing, from :func:`load`'s error (None, or not found: not built)."""
+    if error is None or isinstance(error, ModuleNotFoundError):
+        return "is not built"
+    return f"cannot load ({' '.join(str(error).split())})"
+
+
+def warn_once(key: str, message: str) -> None:
+    """A ``RuntimeWarning`` the first time ``key`` comes by in this process; the message is
+    followed by the doctor's name."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(f"torch_tfrecord: {message} (`{DOCTOR}` says how to get it)", RuntimeWarning, stacklevel=3)
+
 
 compiled: ModuleType | None
 import_error: ImportError | None
-try:
-    from . import _native as compiled  # type: ignore[attr-defined, no-redef]
-except ImportError as error:  # built without a C compiler
-    compiled, import_error = None, error
-else:
-    import_error = None
+compiled, import_error = load(__package__ + "._native")
 
 
 def requested() -> Literal["auto", "native", "python"]:
@@ -44,8 +86,8 @@ def requested() -> Literal["auto", "native", "python"]:
 def not_built() -> ImportError:
     """The error for ``TORCH_TFRECORD_DECODER=native`` without the extension."""
     return ImportError(
-        f"{ENV_VAR}=native, but torch_tfrecord.support._native is not built ({import_error}); reinstall "
-        "torch-tfrecord from source on a machine with a C compiler"
+        f"{ENV_VAR}=native, but torch_tfrecord.support._native {unavailable(import_error)}; "
+        f"`{DOCTOR}` says how to get it"
     )
 
 

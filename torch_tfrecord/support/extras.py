@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-__all__ = ["hint_for", "install_hint"]
+__all__ = ["hint_for", "install_command", "install_hint"]
 
 DISTRIBUTION = "torch-tfrecord"
 
@@ -25,6 +25,11 @@ _SOURCE_ROOT = Path(__file__).resolve().parents[2]  # torch_tfrecord/support/ext
 def install_hint(extra: str) -> str:
     """``"install the 'remote' extra: pip install ..."``, with the command for this copy."""
     return hint_for(extra, _checkout(), _direct_url())
+
+
+def install_command(extra: str) -> str:
+    """``"pip install ..."`` that installs ``extra`` for this copy (see :func:`install_hint`)."""
+    return f"pip install {_requirement(extra, _checkout(), _direct_url())}"
 
 
 def hint_for(extra: str, checkout: Path | None, direct_url: Mapping[str, Any] | None) -> str:

@@ -8,8 +8,8 @@ from typing import Any
 __all__ = ["plural", "progress_bar"]
 
 
-def progress_bar(total: int, unit: str, enabled: bool) -> Any:
-    """A tqdm bar on stderr when tqdm is installed and wanted, else None."""
+def progress_bar(total: int | None, unit: str, enabled: bool) -> Any:
+    """A tqdm bar on stderr when tqdm is installed and wanted, else None (``total`` None: a count)."""
     if not enabled:
         return None
     try:

@@ -12,12 +12,13 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..codec.inspect import describe_record, show_key
-from ..codec.label_map import class_names_beside
+from ..codec.label_map import LabelMapError, class_names_beside
 from ..errors import TFRecordError
 from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
+from .pages import LARGE_RECORD
 from .query import parse_query
-from .record_view import image_type, view_record
+from .record_view import image_type, view_described, view_record
 from .shard import RecordRead, Shard
 from .sources import ViewerError, expand_paths
 from .statistics import FeatureStatistics
@@ -34,6 +35,7 @@ _SEARCH_SECONDS = 1.5  # a search answers within about this long, with where to 
 # total per page; larger ones the page fetches one by one.
 INLINE_IMAGE = 64 << 10
 INLINE_PAGE = 1 << 20
+BLOB_LIMIT = 32 << 20  # bytes of one value sent (an image of a record too large to read whole)
 
 
 class Catalog:
@@ -57,14 +59,28 @@ class Catalog:
         self.storage_options = storage_options
         found, expected = files or expand_paths(self.paths, storage_options)
         self.shards = [Shard(path, storage_options, expected.get(path)) for path in found]
-        local = [p for p in self.paths if "://" not in p]
-        self.class_names = next((n for n in map(class_names_beside, local) if n), {})
+        self.warnings: list[str] = []  # side files that could not be read (the files page says)
+        self.class_names = self._class_names([p for p in self.paths if "://" not in p])
         self.stats_records = stats_records
         self._statistics = FeatureStatistics()
         self._stats_done = False
         self._stats_thread: threading.Thread | None = None
         self._schema: dict[str, Any] | None = None
         self._lock = threading.Lock()
+
+    def _class_names(self, local: Sequence[str]) -> dict[int, str]:
+        """The names of the first label map beside the paths; a malformed one is named on the
+        files page, and the viewer goes on without it."""
+        for path in local:
+            try:
+                names = class_names_beside(path)
+            except (LabelMapError, OSError) as error:
+                self.warnings.append(f"{type(error).__name__}: {error}")
+                logger.warning("%s", error)
+                continue
+            if names:
+                return names
+        return {}
 
     def start(self, build: bool = True) -> None:
         """Loads every file's index in the background, and builds those missing (local files);
@@ -89,7 +105,8 @@ class Catalog:
 
     def files(self) -> dict[str, Any]:
         """The files page: each file's size, records and index state, and the damage found."""
-        return {"paths": self.paths, "files": [shard.describe() for shard in self.shards]}
+        files = [shard.describe() for shard in self.shards]
+        return {"paths": self.paths, "files": files, "warnings": self.warnings}
 
     def records(self, file: int, start: int, count: int) -> dict[str, Any]:
         """A page of records of one file; ``pending`` while the index needed for it is built."""
@@ -100,7 +117,9 @@ class Catalog:
         page: dict[str, Any] = {"file": file, "start": start, "total": shard.record_count()}
         page["shard"] = shard.describe()
         if reads is None:
-            return {**page, "pending": True, "records": []}
+            return {**page, "pending": True, "records": [], "next": None}
+        # (the page's byte budget may end it early: the next page starts after its last record)
+        page["next"] = reads[-1].number + 1 if reads else None
         budget = INLINE_PAGE
         page["records"] = []
         for read in reads:
@@ -111,6 +130,12 @@ class Catalog:
 
     def _view(self, read: RecordRead, inline_limit: int) -> dict[str, Any]:
         where = {"number": read.number, "offset": read.offset, "framed_size": read.framed_size}
+        if read.large and read.framed_size is not None:
+            return {
+                **where,
+                "error": None,
+                **view_described(read.described, read.framed_size - 16, self.class_names),
+            }
         if read.payload is None:
             return {**where, "error": read.error}
         return {**where, "error": None, **view_record(read.payload, self.class_names, inline_limit)}
@@ -127,19 +152,30 @@ class Catalog:
         reads = self.shard(file).read(record, 1)
         if not reads or reads[0].number != record:
             raise ViewerError(f"no record {record} in {self.shard(file).path!r} (or its index is not ready)")
+        if reads[0].large:
+            raise ViewerError(
+                f"record {record} of {self.shard(file).path!r} has {reads[0].framed_size:,} bytes: more "
+                f"than the viewer reads whole ({LARGE_RECORD:,}); its values are fetched one by one"
+            )
         if reads[0].payload is None:
             raise ViewerError(f"record {record} of {self.shard(file).path!r} is damaged: {reads[0].error}")
         return reads[0].payload
 
     def blob(self, file: int, record: int, key: str, item: int) -> tuple[bytes, str]:
-        """The bytes of one value of a bytes feature, and its media type (images as themselves)."""
-        features = describe_record(self._payload(file, record)) or {}
-        kind, values = features.get(key, ("empty", []))
-        if kind != "bytes" or not 0 <= item < len(values):
+        """The bytes of one value of a bytes feature, and its media type (images as themselves);
+        of a record too large to read whole, the value alone (:data:`BLOB_LIMIT` bytes at most)."""
+        shard = self.shard(file)
+        table = shard.table
+        value: bytes | None
+        if table is not None and 0 <= record < len(table) and table[record, 1] > LARGE_RECORD:
+            value = shard.value(record, key, item, BLOB_LIMIT)
+        else:
+            kind, values = (describe_record(self._payload(file, record)) or {}).get(key, ("empty", []))
+            value = values[item] if kind == "bytes" and 0 <= item < len(values) else None
+        if value is None:
             raise ViewerError(
                 f"record {record} of file {file} has no bytes value {item} of {show_key(key)!r}"
             )
-        value = values[item]
         return value, image_type(value) or "application/octet-stream"
 
     def mask(self, file: int, record: int) -> bytes:
@@ -172,7 +208,7 @@ class Catalog:
 
         def records() -> Iterator[bytes]:  # past damage, as verify reads: the page lists the damage
             for shard in self.shards:
-                for number, payload in enumerate(shard.intact_records()):
+                for number, payload in enumerate(shard.small_records()):
                     origins.append((shard.path, number))
                     yield payload
                     if len(origins) >= SCHEMA_RECORDS:
@@ -227,7 +263,7 @@ class Catalog:
         seen = 0
         for shard in self.shards:
             try:
-                for payload in shard.intact_records():
+                for payload in shard.small_records():
                     features = describe_record(payload)
                     with self._lock:
                         self._statistics.add(features)
@@ -246,26 +282,30 @@ class Catalog:
         query = parse_query(text)
         matches: list[dict[str, Any]] = []
         deadline = time.monotonic() + _SEARCH_SECONDS
-        scanned = 0
+        scanned = skipped = 0
         while file < len(self.shards) and len(matches) < limit and time.monotonic() < deadline:
             reads = self.shards[file].read(start, _SEARCH_CHUNK)
             if reads is None:
-                return {"matches": matches, "next": [file, start], "scanned": scanned, "pending": True}
+                found = {"matches": matches, "next": [file, start], "scanned": scanned, "skipped": skipped}
+                return {**found, "pending": True}
+            if not reads:  # (a chunk may end early, within the page's byte budget: not the file's end)
+                file, start = file + 1, 0
+                continue
             for read in reads:
                 scanned += 1
                 start = read.number + 1
+                skipped += read.large  # too large to read whole: not searched
                 features = None if read.payload is None else describe_record(read.payload)
                 if query.matches(features):
                     matches.append({"file": file, "record": read.number, "summary": _summary(features or {})})
                     if len(matches) >= limit:
                         break
-            if len(reads) < _SEARCH_CHUNK and len(matches) < limit:
-                file, start = file + 1, 0
         done = file >= len(self.shards)
         return {
             "matches": matches,
             "next": None if done else [file, start],
             "scanned": scanned,
+            "skipped": skipped,
             "pending": False,
         }
 

@@ -1,31 +1,29 @@
 """The viewer's filter: ``label == 3``, ``image/object/class/text ~ dog and score >= 0.5``, or plain
 words to search for in keys and text values. A list feature matches when any of its values does.
 
-Pure: parsed once, then matched against described records.
+Pure: parsed once, then matched against described records. Parsing is one pass over at most
+:data:`MAX_QUERY` characters (a filter comes from a web page: no regular expression here may
+backtrack).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import operator
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from ..codec.filters import COMPARE as _COMPARE
+from ..codec.filters import number_text as _number_text
 from ..errors import TFRecordError
 
-__all__ = ["Query", "QueryError", "parse_query"]
+__all__ = ["MAX_QUERY", "Query", "QueryError", "parse_query"]
 
-_CLAUSE = re.compile(r"^\s*(?P<key>[^\s=!<>~]+)\s*(?P<op>==|!=|<=|>=|<|>|~)\s*(?P<value>.+?)\s*$")
-_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
-_COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
+MAX_QUERY = 1000
+"""The longest filter read, in characters."""
+_WORD = re.compile(r"\S+")
+_KEY = re.compile(r"[^\s=!<>~]+")
+_OPERATORS = ("==", "!=", "<=", ">=", "<", ">", "~")
 
 
 class QueryError(TFRecordError, ValueError):
@@ -54,10 +52,6 @@ class _Clause:
         if self.op == "~":
             return _number_text(self.value) in str(value)
         return _COMPARE[self.op](value, self.value)
-
-
-def _number_text(value: float) -> str:
-    return str(int(value)) if value == int(value) else str(value)
 
 
 def _literal(text: str) -> str | float:
@@ -98,6 +92,30 @@ def _has_word(features: Mapping[str, tuple[str, list[Any]]], word: str) -> bool:
     return False
 
 
+def _parts(text: str) -> list[str]:
+    """The parts of ``text`` between the words ``and`` (any case; not first or last)."""
+    parts, start = [], 0
+    for word in _WORD.finditer(text):
+        if word[0].lower() == "and" and word.start() > 0 and word.end() < len(text):
+            parts.append(text[start : word.start()])
+            start = word.end()
+    parts.append(text[start:])
+    return parts
+
+
+def _clause(part: str) -> _Clause | None:
+    """``key op value``, or None when ``part`` is not one."""
+    key = _KEY.match(part)
+    if key is None:
+        return None
+    rest = part[key.end() :].lstrip()
+    operator = next((op for op in _OPERATORS if rest.startswith(op)), None)
+    value = rest[len(operator or "") :].strip()
+    if operator is None or not value:
+        return None
+    return _Clause(key[0], operator, _literal(value))
+
+
 def parse_query(text: str) -> Query:
     """Parses a filter.
 
@@ -106,20 +124,24 @@ def parse_query(text: str) -> Query:
     a word to search for in the keys and text values.
 
     Raises:
-        QueryError: an empty filter, or a clause with no value.
+        QueryError: an empty filter, one longer than :data:`MAX_QUERY` characters, or a clause
+            with no value.
     """
+    if len(text) > MAX_QUERY:
+        raise QueryError(f"the filter has {len(text):,} characters; at most {MAX_QUERY:,} are read")
     clauses: list[_Clause] = []
     words: list[str] = []
-    for part in _AND.split(text.strip()):
-        match = _CLAUSE.match(part)
-        if match:
-            clauses.append(_Clause(match["key"], match["op"], _literal(match["value"])))
-        elif re.search(r"==|!=|<=|>=|[<>~]", part):
+    for part in _parts(text.strip()):
+        part = part.strip()
+        clause = _clause(part)
+        if clause is not None:
+            clauses.append(clause)
+        elif any(op in part for op in _OPERATORS):
             raise QueryError(
-                f"cannot read the filter {part!r}: write it as `key == value` (or != < <= > >= ~)"
+                f"cannot read the filter {part[:80]!r}: write it as `key == value` (or != < <= > >= ~)"
             )
-        elif part.strip():
-            words.append(part.strip())
+        elif part:
+            words.append(part)
     if not clauses and not words:
         raise QueryError("the filter is empty")
     return Query(tuple(clauses), tuple(words), text)

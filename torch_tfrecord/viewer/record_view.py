@@ -12,10 +12,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..codec.inspect import describe_feature_lists, describe_record
+from ..codec.inspect import describe_feature_lists, describe_record, doubt_keys
 from ..vision.keys import DETECTION_KEYS, SEGMENTATION_KEYS
+from .wire import Described
 
-__all__ = ["SHOWN_VALUES", "image_key", "image_type", "json_value", "view_record"]
+__all__ = ["SHOWN_VALUES", "image_key", "image_type", "json_value", "view_described", "view_record"]
 
 SHOWN_VALUES = 32  # values of a list shown; the page says how many more there are
 _SHOWN_TEXT = 200
@@ -58,21 +59,26 @@ def json_value(kind: str, value: Any) -> Any:
         return value if abs(value) < _SAFE_INTEGER else str(value)
     if kind == "float":  # float32 values, shown with the digits float32 holds
         return float(f"{value:.7g}") if math.isfinite(value) else str(value)
+    size = getattr(value, "size", len(value))  # (a wire.Prefix: the first bytes of a larger value)
     try:
         text: str = value.decode("utf-8")
     except UnicodeDecodeError:
-        return {"bytes": len(value), "hex": value[:16].hex()}
-    if len(text) > _SHOWN_TEXT:
-        return {"text": text[:_SHOWN_TEXT], "bytes": len(value)}
+        if size > len(value):  # cut inside a character, perhaps: shown as the text it starts with
+            text = value[:_SHOWN_TEXT].decode("utf-8", errors="ignore")
+            if text and size > _SHOWN_TEXT:
+                return {"text": text[:_SHOWN_TEXT], "bytes": size}
+        return {"bytes": size, "hex": value[:16].hex()}
+    if len(text) > _SHOWN_TEXT or size > len(value):
+        return {"text": text[:_SHOWN_TEXT], "bytes": size}
     return text
 
 
-def _feature(key: str, kind: str, values: list[Any]) -> dict[str, Any]:
+def _feature(key: str, kind: str, values: list[Any], count: int | None = None) -> dict[str, Any]:
     images = [i for i, v in enumerate(values[:SHOWN_VALUES]) if kind == "bytes" and image_type(v)]
     return {
         "key": key,
         "kind": kind,
-        "count": len(values),
+        "count": len(values) if count is None else count,
         "values": [None if i in images else json_value(kind, v) for i, v in enumerate(values[:SHOWN_VALUES])],
         "images": images,
     }
@@ -113,26 +119,58 @@ def view_record(
         an Example shows its first bytes (``"raw"``).
     """
     features = describe_record(payload)
-    view: dict[str, Any] = {
-        "size": len(payload),
-        "features": [],
-        "feature_lists": [],
-        "boxes": [],
-        "image_data": None,
-        "mask": False,
-        "instance_masks": 0,
-    }
     if features is None:
-        return {**view, "kind": "raw", "image": None, "raw": json_value("bytes", payload[:64])}
+        return {
+            **_empty(len(payload)),
+            "kind": "raw",
+            "image": None,
+            "raw": json_value("bytes", payload[:64]),
+        }
     lists = describe_feature_lists(payload)
+    steps = {key: (kind, values, len(values)) for key, (kind, values) in (lists or {}).items()}
+    return _view(features, {}, None if lists is None else steps, len(payload), class_names, inline_limit)
+
+
+def view_described(
+    described: Described | None, size: int, class_names: Mapping[int, str] | None = None
+) -> dict[str, Any]:
+    """What the page shows of a record too large to read whole (see :mod:`.wire`): as
+    :func:`view_record` (``described`` None: not an Example), with ``"summarised": True``, each
+    list's true count, bytes values by their first bytes, and no image inside the JSON."""
+    if described is None:
+        return {**_empty(size), "kind": "raw", "image": None, "raw": None, "summarised": True}
+    lists = described.lists
+    if lists is not None and doubt_keys(list(lists)):
+        lists = None
+    view = _view(described.features, described.counts, lists, size, class_names, 0)
+    # (a class mask is drawn from the whole record: not for one this large)
+    return {**view, "mask": False, "summarised": True, "partial": described.partial}
+
+
+def _empty(size: int) -> dict[str, Any]:
+    empty: dict[str, Any] = {"features": [], "feature_lists": [], "boxes": [], "image_data": None}
+    return {"size": size, **empty, "mask": False, "instance_masks": 0}
+
+
+def _view(
+    features: Mapping[str, tuple[str, list[Any]]],
+    counts: Mapping[str, int],
+    lists: Mapping[str, tuple[str, list[list[Any]], int]] | None,
+    size: int,
+    class_names: Mapping[int, str] | None,
+    inline_limit: int,
+) -> dict[str, Any]:
+    view: dict[str, Any] = _empty(size)
     view["kind"] = "sequence" if lists is not None else "example"
-    view["features"] = [_feature(key, kind, values) for key, (kind, values) in features.items()]
-    for key, (kind, steps) in (lists or {}).items():
+    view["features"] = [
+        _feature(key, kind, values, counts.get(key)) for key, (kind, values) in features.items()
+    ]
+    for key, (kind, steps, count) in (lists or {}).items():
         view["feature_lists"].append(
             {
                 "key": key,
                 "kind": kind,
-                "steps": len(steps),
+                "steps": count,
                 "values": [
                     [json_value(kind, v) for v in step[:SHOWN_VALUES]] for step in steps[:SHOWN_VALUES]
                 ],
@@ -149,5 +187,5 @@ def view_record(
         view["mask"] = bool(mask) and image_type(mask[0]) is not None
         instances = features.get(DETECTION_KEYS["masks"], ("bytes", []))[1]
         if all(image_type(png) == "image/png" for png in instances):  # else shown as thumbnails only
-            view["instance_masks"] = len(instances)
+            view["instance_masks"] = counts.get(DETECTION_KEYS["masks"], len(instances))
     return view

@@ -6,7 +6,14 @@ function): the page's assets are served meanwhile, and its questions wait for th
 
 On 127.0.0.1 it answers only requests addressed to 127.0.0.1 or localhost (a web page elsewhere
 cannot reach it through DNS rebinding); on any other address every request must carry the token
-the server printed (``?token=``), compared in constant time.
+the server printed (``?token=``), compared in constant time. Its API answers only its own page:
+a request a browser marks as coming from another site (``Sec-Fetch-Site``) or origin
+(``Origin``) is refused, so a web page that guesses the port cannot start work here.
+
+Bounded whatever a client does: at most :data:`MAX_CONNECTIONS` connections (one thread each;
+more are closed at once), each idle at most :data:`SOCKET_TIMEOUT` seconds, at most
+:data:`HEAVY_AT_ONCE` requests that read records at a time (each within the catalog's byte budget
+per page), and parameters of bounded length.
 """
 
 from __future__ import annotations
@@ -55,6 +62,16 @@ _SECURITY_HEADERS = {
 QUIET_SECONDS = 0.3
 LATEST_SECONDS = 3.0
 
+MAX_CONNECTIONS = 64
+SOCKET_TIMEOUT = 30.0
+HEAVY_AT_ONCE = 4
+# A request that reads records waits this long for its turn, then is answered 503.
+_HEAVY_WAIT = 60.0
+_HEAVY = frozenset(["/api/records", "/api/search", "/api/selection", "/api/blob", "/api/mask", "/api/schema"])
+# Requests a browser sends for the page itself, from this server's own origin, or typed in.
+_OWN_SITE = frozenset(["same-origin", "none"])
+_MAX_PARAMETER = 4096  # characters of a parameter's value
+
 
 class ViewerServer(http.server.ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its catalog and its token (None: none needed)."""
@@ -80,9 +97,29 @@ class ViewerServer(http.server.ThreadingHTTPServer):
             self._catalog = catalog
             self._catalog_ready.set()
         self._activity = threading.Condition()
+        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.heavy = threading.BoundedSemaphore(HEAVY_AT_ONCE)
         self._in_flight = 0
         self._first: float | None = None  # when the first request came
         self._last = 0.0  # when the last request was answered
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection, or closed at once past :data:`MAX_CONNECTIONS`."""
+        if not self._connections.acquire(blocking=False):
+            logger.debug("closing a connection from %s: %d open already", client_address, MAX_CONNECTIONS)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._connections.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connections.release()
 
     def _make_catalog(self, make: Callable[[], Catalog]) -> None:
         try:
@@ -179,16 +216,24 @@ def _int(query: dict[str, list[str]], name: str, default: int | None = None) -> 
             raise _BadRequest(f"missing parameter {name!r}")
         return default
     try:
+        if len(values[0]) > 20:  # (int() of a long text takes quadratic time)
+            raise ValueError
         return int(values[0])
     except ValueError:
-        raise _BadRequest(f"parameter {name}={values[0]!r} is not an integer") from None
+        raise _BadRequest(f"parameter {name}={values[0][:40]!r} is not an integer") from None
 
 
 def _text(query: dict[str, list[str]], name: str) -> str:
     values = query.get(name)
     if not values:
         raise _BadRequest(f"missing parameter {name!r}")
+    if len(values[0]) > _MAX_PARAMETER:
+        raise _BadRequest(f"parameter {name!r} is longer than {_MAX_PARAMETER} characters")
     return values[0]
+
+
+class _Busy(Exception):
+    pass
 
 
 class _BadRequest(Exception):
@@ -198,13 +243,18 @@ class _BadRequest(Exception):
 class _Handler(http.server.BaseHTTPRequestHandler):
     server: ViewerServer
     protocol_version = "HTTP/1.1"
+    timeout = SOCKET_TIMEOUT  # (the socket's: an idle or slow client lets go of its thread)
 
     def log_message(self, format: str, *args: Any) -> None:
         logger.debug("%s " + format, self.address_string(), *args)
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, body: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Length", str(len(body)))
         for name, value in _SECURITY_HEADERS.items():
             self.send_header(name, value)
@@ -222,6 +272,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         host = (self.headers.get("Host") or "").rsplit(":", 1)[0]
         return host in (LOCALHOST, "localhost")
 
+    def _elsewhere(self) -> str | None:
+        """Why the request comes from another site or origin than this server's page, if it does."""
+        site = self.headers.get("Sec-Fetch-Site")
+        if site is not None and site not in _OWN_SITE:
+            return f"Sec-Fetch-Site: {site[:40]}"
+        origin = self.headers.get("Origin")
+        if origin is not None and origin != f"http://{self.headers.get('Host')}":
+            return f"Origin: {origin[:80]}"
+        return None
+
     def do_GET(self) -> None:
         self.server.request_began()
         try:
@@ -235,14 +295,34 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if not self._allowed(query):
             self._json(403, {"error": "this viewer needs the token it printed: open the URL it gave"})
             return
+        elsewhere = self._elsewhere() if url.path not in self.server.assets else None
+        if elsewhere is not None:  # a page of another site: it may not make the viewer work
+            self._json(
+                403, {"error": f"the viewer answers only its own page, not another site's ({elsewhere})"}
+            )
+            return
         try:
-            self._route(url.path, query)
+            if url.path in _HEAVY:
+                self._heavy(url.path, query)
+            else:
+                self._route(url.path, query)
+        except _Busy:
+            self._json(503, {"error": f"the viewer is busy with {HEAVY_AT_ONCE} requests: try again"})
         except _BadRequest as error:
             self._json(400, {"error": str(error)})
         except LookupError as error:
             self._json(404, {"error": str(error).strip("'\"")})
         except (TFRecordError, ValueError, OSError, ImportError) as error:
             self._json(422, {"error": f"{type(error).__name__}: {error}"})
+
+    def _heavy(self, path: str, query: dict[str, list[str]]) -> None:
+        """A request that reads records: one of at most :data:`HEAVY_AT_ONCE` at a time."""
+        if not self.server.heavy.acquire(timeout=_HEAVY_WAIT):
+            raise _Busy
+        try:
+            self._route(path, query)
+        finally:
+            self.server.heavy.release()
 
     def _route(self, path: str, query: dict[str, list[str]]) -> None:
         if path in self.server.assets:  # served before the catalog is made
@@ -275,5 +355,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         elif path == "/api/search":
             found = catalog.search(_text(query, "q"), _int(query, "file", 0), _int(query, "start", 0))
             self._json(200, found)
+        elif path == "/api/selection":  # the filter's matches in every file, as a selection file
+            from .selecting import select_as_shown
+
+            chosen = select_as_shown(catalog.paths, _text(query, "q"), catalog.storage_options)
+            disposition = {"Content-Disposition": 'attachment; filename="selection.ttsel"'}
+            self._send(200, chosen.to_bytes(), "application/octet-stream", disposition)
         else:
             self._json(404, {"error": f"nothing at {path!r}"})

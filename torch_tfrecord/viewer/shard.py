@@ -11,8 +11,6 @@ it is never done unasked.
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 import logging
 import threading
 from collections import OrderedDict
@@ -23,6 +21,16 @@ from ..errors import TFRecordError
 from ..records.io import exists, file_size, is_url, resolve_compression
 from ..records.reader import ReadStats, read_records
 from ..support.text import plural
+from .pages import (
+    LARGE_RECORD,
+    RecordRead,
+    describe_at,
+    intact_payloads,
+    page_length,
+    range_reader,
+    read_sequential,
+)
+from .wire import WireError, find_value
 
 if TYPE_CHECKING:  # numpy and the index modules load with the index: the first page needs neither
     import numpy as np
@@ -34,24 +42,15 @@ logger = logging.getLogger(__name__)
 
 # Files up to this size have every record's CRCs checked in the background once indexed.
 VERIFY_LIMIT = 256 << 20
+# Files whose records are all this small are verified record by record, stepping over damaged
+# regions; others (and compressed ones) by a stream that holds no record whole.
+VERIFY_RECORD = 16 << 20
 # Payloads of the records last read kept (the page asks for each image after its page).
 _RECENT_BYTES = 32 << 20
 # Records read from the start of a file while its index is not ready: pages past this wait.
 _SEQUENTIAL_LIMIT = 2000
 # How long a read of a remote file waits for the index beside it to load.
 _LOAD_WAIT = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordRead:
-    """One record as read: its number, where it is (None when unknown), and its payload or the
-    error that says why it could not be read."""
-
-    number: int
-    offset: int | None
-    framed_size: int | None
-    payload: bytes | None
-    error: str | None = None
 
 
 class Shard:
@@ -195,12 +194,31 @@ class Shard:
             self.path, compression=self.compression, on_error="skip", stats=stats, storage_options=options
         )
 
+    def small_records(self) -> Iterator[bytes]:
+        """The intact records of at most :data:`~.pages.LARGE_RECORD` bytes from the start (for
+        the schema and the statistics): a larger one is stepped over, never held, and damaged
+        framing ends them (logged)."""
+        size = None if self.compression is not None else self.size
+        return intact_payloads(self.path, self.compression, self.storage_options, size, self._log_damage)
+
+    def _log_damage(self, damage: str) -> None:
+        logger.info("%s", damage)
+
     def _verify(self) -> None:
         self.verified = "verifying"
         stats = ReadStats()
+        table = self.table
+        largest = self.size if table is None or not len(table) else int(table[:, 1].max())
         try:
-            for _ in self.intact_records(stats):
-                pass
+            if self.compression is None and largest <= VERIFY_RECORD:  # damaged regions stepped over
+                for _ in self.intact_records(stats):
+                    pass
+            else:  # no record held whole, however far it inflates (damaged framing ends it)
+                size = None if self.compression is not None else self.size
+                for _ in intact_payloads(
+                    self.path, self.compression, self.storage_options, size, stats.errors.append
+                ):
+                    pass
         except (TFRecordError, OSError) as error:
             stats.errors.append(f"{type(error).__name__}: {error}")
         found = [*stats.errors, *filter(None, [stats.damage_summary()])]
@@ -290,10 +308,27 @@ class Shard:
         return reads
 
     def _read_entries(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
+        """The page's records from ``numbers`` on, within its byte budget (:mod:`.pages`): whole,
+        or a large one described from its wire format."""
+
+        numbers = numbers[: page_length(table[numbers, 1])]
+        large = table[numbers, 1] > LARGE_RECORD
+        reads = {read.number: read for read in self._read_whole(table, numbers[~large])}
+        for number in numbers[large].tolist():
+            offset, framed = (int(x) for x in table[number])
+            read = range_reader(self._open(), offset + 12)
+            reads[number] = RecordRead(
+                number, offset, framed, None, large=True, described=describe_at(read, framed - 16)
+            )
+        return [reads[number] for number in numbers.tolist()]
+
+    def _read_whole(self, table: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> list[RecordRead]:
         import numpy as np
 
         from ..records.entries import read_entries_at
 
+        if not len(numbers):
+            return []
         source = self._open()
         try:
             payloads: list[bytes | None] = list(
@@ -317,21 +352,35 @@ class Shard:
         ]
 
     def _read_sequential(self, first: int, count: int) -> list[RecordRead]:
-        out: list[RecordRead] = []
-        offset: int | None = 0 if self.compression is None else None
-        records = read_records(self.path, compression=self.compression, storage_options=self.storage_options)
-        seen = 0
+        size = None if self.compression is not None else self.size
+        return read_sequential(
+            self.path, self.compression, self.storage_options, first, count, file_size=size
+        )
+
+    def value(self, number: int, key: str, item: int, limit: int) -> bytes | None:
+        """Value ``item`` of the bytes feature ``key`` of large record ``number``, read alone
+        (at most ``limit`` bytes); None when there is no such value.
+
+        Raises:
+            ValueError: the value is larger than ``limit``, or the record is no Example.
+        """
+        table = self.table
+        if table is None or not 0 <= number < len(table):
+            return None
+        offset, framed = (int(x) for x in table[number])
+        read = range_reader(self._open(), offset + 12)
         try:
-            for payload in itertools.islice(records, first + count):
-                if seen >= first:
-                    out.append(RecordRead(seen, offset, len(payload) + 16, payload))
-                if offset is not None:
-                    offset += len(payload) + 16
-                seen += 1
-        except TFRecordError as error:  # the read stops here: the index build steps past damage
-            if seen >= first:
-                out.append(RecordRead(seen, offset, None, None, f"{type(error).__name__}: {error}"))
-        return out
+            found = find_value(read, framed - 16, key, item)
+        except WireError as error:
+            raise ValueError(f"record {number} of {self.path!r} is not an Example: {error}") from None
+        if found is None:
+            return None
+        if found[1] > limit:
+            raise ValueError(
+                f"value {item} of {key!r} in record {number} of {self.path!r} has {found[1]:,} bytes; the "
+                f"viewer sends at most {limit:,}"
+            )
+        return read(*found)
 
     def _open(self) -> Any:
         with self._lock:

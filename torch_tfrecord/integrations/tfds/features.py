@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ...codec.spec import UNSIGNED_DTYPES
 from ...errors import SpecError
 from .legacy import from_legacy
 
@@ -55,9 +56,7 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "int32": torch.int32,
     "int64": torch.int64,
     "uint8": torch.uint8,
-    "uint16": torch.uint16,
-    "uint32": torch.uint32,
-    "uint64": torch.uint64,
+    **{str(dtype).removeprefix("torch."): dtype for dtype in UNSIGNED_DTYPES},  # torch >= 2.3
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
     "float32": torch.float32,
@@ -259,7 +258,8 @@ def _shape(body: Mapping[str, Any], where: str) -> Shape:
 def _dtype(body: Mapping[str, Any], where: str, default: str = "float32") -> str:
     dtype = str(body.get("dtype", default))
     if dtype not in TORCH_DTYPES and dtype not in _STRING:
-        raise UnsupportedFeatureError(f"{where}: dtype {dtype!r} is not supported")
+        needs = " (torch >= 2.3 has it)" if dtype in ("uint16", "uint32", "uint64") else ""
+        raise UnsupportedFeatureError(f"{where}: dtype {dtype!r} is not supported{needs}")
     return "string" if dtype in _STRING else dtype
 
 
@@ -280,8 +280,20 @@ def parse_features(
 
     Raises:
         UnsupportedFeatureError: a connector not read here, named with its path.
+        SpecError: a malformed ``features.json``, named with the feature's path.
     """
-    labels = labels or {}
+    where = f"feature {path!r}" if path else "features.json"
+    if not isinstance(document, Mapping):
+        raise SpecError(f"{where}: expected a JSON object, found {type(document).__name__}")
+    try:
+        return _parse_features(document, labels or {}, path)
+    except SpecError:
+        raise
+    except (TypeError, KeyError, AttributeError, ValueError, IndexError, RecursionError) as error:
+        raise SpecError(f"{where} is malformed ({type(error).__name__}: {str(error)[:200]})") from None
+
+
+def _parse_features(document: Mapping[str, Any], labels: Mapping[str, tuple[str, ...]], path: str) -> Feature:
     where = f"feature {path!r}" if path else "features.json"
     if "type" in document and "content" in document and "pythonClassName" not in document:
         document = from_legacy(document, where)  # TFDS before 4.0

@@ -31,6 +31,13 @@ __all__ = [
 
 _DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
 _VERSION = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+# The placeholders TFDS's naming.ShardedFileTemplate defines: nothing else is substituted (no
+# format specs, attributes or indexes), and every name stays inside the dataset's directory.
+_PLACEHOLDER = re.compile(r"\{([A-Z_]{1,20})\}")
+_PLACEHOLDERS = ("DATASET", "SPLIT", "FILEFORMAT", "SHARD_INDEX", "NUM_SHARDS", "SHARD_X_OF_Y")
+_MAX_NAME = 1024  # characters of a template, a dataset or split name, and a shard's name
+# dataset_info.json and features.json are read whole: larger ones are not TFDS's.
+MAX_JSON_BYTES = 64 << 20
 
 
 class TFDSFormatError(TFRecordError, ValueError):
@@ -51,7 +58,25 @@ class SplitInfo:
         return sum(self.shard_lengths)
 
     def shard_names(self, dataset: str, file_format: str) -> list[str]:
-        """The shard file names, in order (``mnist-train.tfrecord-00000-of-00001``)."""
+        """The shard file names, in order (``mnist-train.tfrecord-00000-of-00001``), relative to
+        the dataset's directory.
+
+        Raises:
+            TFDSFormatError: the template uses something else than TFDS's placeholders, or a
+                name would lie outside the dataset's directory (an absolute path, ``..``).
+        """
+        template = self.filepath_template
+        shown = f"split {self.name[:80]!r}: file name template {template[:200]!r}"
+        if len(template) > _MAX_NAME or len(dataset) > _MAX_NAME or len(self.name) > _MAX_NAME:
+            raise TFDSFormatError(
+                f"{shown}: the template, dataset or split name is over {_MAX_NAME} characters"
+            )
+        unknown = sorted({name for name in _PLACEHOLDER.findall(template) if name not in _PLACEHOLDERS})
+        if unknown or "{" in _PLACEHOLDER.sub("", template) or "}" in _PLACEHOLDER.sub("", template):
+            raise TFDSFormatError(
+                f"{shown} uses {', '.join(unknown) or 'braces'} beyond TFDS's placeholders "
+                f"({', '.join('{' + name + '}' for name in _PLACEHOLDERS)}, nothing more)"
+            )
         total = len(self.shard_lengths)
         names = []
         for index in range(total):
@@ -63,14 +88,27 @@ class SplitInfo:
                 "NUM_SHARDS": f"{total:05d}",
                 "SHARD_X_OF_Y": f"{index:05d}-of-{total:05d}",
             }
-            try:
-                names.append(self.filepath_template.format(**fields))
-            except (KeyError, IndexError, ValueError) as error:
-                raise TFDSFormatError(
-                    f"split {self.name!r}: file name template {self.filepath_template!r} uses an unknown "
-                    f"field {error}; known: {sorted(fields)}"
-                ) from None
+            name = _fill(template, fields)
+            problem = _outside(name)
+            if problem is not None:
+                raise TFDSFormatError(f"{shown}: shard {index} would be {name[:200]!r}, {problem}")
+            names.append(name)
         return names
+
+
+def _fill(template: str, fields: Mapping[str, str]) -> str:
+    return _PLACEHOLDER.sub(lambda match: fields[match[1]], template)
+
+
+def _outside(name: str) -> str | None:
+    """Why a shard's name (relative to its dataset's directory) could lie outside it, or None."""
+    if len(name) > _MAX_NAME:
+        return f"a name of over {_MAX_NAME} characters"
+    if not name or name.startswith(("/", "\\")) or "://" in name or "\0" in name:
+        return "not a name inside the dataset's directory"
+    if any(part in ("", ".", "..") for part in name.replace("\\", "/").split("/")):
+        return "a path that leaves the dataset's directory (or names it by . or an empty part)"
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,9 +145,23 @@ class DatasetInfo:
             ) from None
 
     def shard_paths(self, split: str) -> list[str]:
-        """The shard files of a split, in record order."""
+        """The shard files of a split, in record order.
+
+        Raises:
+            TFDSFormatError: a shard would lie outside the dataset's directory (its template, or a
+                link in a local directory that points elsewhere).
+        """
         info = self.split(split)
-        return [join(self.path, name) for name in info.shard_names(self.name, self.file_format)]
+        paths = [join(self.path, name) for name in info.shard_names(self.name, self.file_format)]
+        if not is_url(self.path):
+            inside = os.path.realpath(self.path) + os.sep
+            for path in paths:
+                if not os.path.realpath(path).startswith(inside):
+                    raise TFDSFormatError(
+                        f"split {split!r}: shard {path!r} leads outside the dataset's directory "
+                        f"{self.path!r} (through a link): file name template {info.filepath_template!r}"
+                    )
+        return paths
 
     def label_file(self, feature_path: str) -> str:
         """Where TFDS keeps a ClassLabel's names: ``<feature path with '/' as '-'>.labels.txt``."""
@@ -117,17 +169,33 @@ class DatasetInfo:
 
 
 def _read_text(path: str, storage_options: StorageOptions) -> str:
+    chunks, size = [], 0
     with open_binary(path, storage_options) as file:
-        return file.read().decode("utf-8")
+        while size <= MAX_JSON_BYTES and (chunk := file.read(1 << 20)):
+            chunks.append(chunk)
+            size += len(chunk)
+    data = b"".join(chunks)
+    if size > MAX_JSON_BYTES:
+        raise TFDSFormatError(f"{path!r} is larger than {MAX_JSON_BYTES:,} bytes: not TFDS metadata")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise TFDSFormatError(f"{path!r} is not UTF-8 text: {error}") from None
 
 
 def read_json(path: str, storage_options: StorageOptions = None) -> Any:
-    """A JSON file (local or URL); a damaged one is a :class:`TFDSFormatError` naming it."""
-    text = _read_text(path, storage_options)
+    """A JSON file (local or URL) of at most :data:`MAX_JSON_BYTES`; a damaged one is a
+    :class:`TFDSFormatError` naming it."""
+    return decode_json(_read_text(path, storage_options), path)
+
+
+def decode_json(text: str, where: str) -> Any:
+    """JSON text; a damaged document (nesting too deep, a number too long) is a
+    :class:`TFDSFormatError` naming ``where``."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError as error:
-        raise TFDSFormatError(f"{path!r} is not valid JSON: {error}") from None
+    except (ValueError, RecursionError) as error:
+        raise TFDSFormatError(f"{where!r} is not valid JSON: {str(error)[:200]}") from None
 
 
 def read_lines(path: str, storage_options: StorageOptions = None) -> list[str] | None:
@@ -164,8 +232,11 @@ def parse_info(document: Mapping[str, Any], path: str, where: str = "dataset_inf
     if not isinstance(name, str) or not name:
         raise TFDSFormatError(f"{where}: no dataset 'name'")
     splits: dict[str, SplitInfo] = {}
-    for i, entry in enumerate(document.get("splits", [])):
-        split_name = entry.get("name")
+    entries = document.get("splits", [])
+    if not isinstance(entries, list):
+        raise TFDSFormatError(f"{where}: 'splits' is not a list")
+    for i, entry in enumerate(entries):
+        split_name = entry.get("name") if isinstance(entry, Mapping) else None
         if not isinstance(split_name, str):
             raise TFDSFormatError(f"{where}: splits[{i}] has no 'name'")
         if "shardLengths" not in entry:
@@ -173,32 +244,48 @@ def parse_info(document: Mapping[str, Any], path: str, where: str = "dataset_inf
                 f"{where}: split {split_name!r} has no 'shardLengths' (records per shard); this "
                 "directory was prepared by a TFDS too old to say them"
             )
+        if not isinstance(entry["shardLengths"], list):
+            raise TFDSFormatError(f"{where}: split {split_name!r} has a 'shardLengths' that is not a list")
         lengths = tuple(
             _int(value, f"{where}: split {split_name!r} shardLengths[{k}]")
             for k, value in enumerate(entry["shardLengths"])
         )
+        template = entry.get("filepathTemplate") or _DEFAULT_TEMPLATE
+        if not isinstance(template, str):
+            raise TFDSFormatError(f"{where}: split {split_name!r} has a 'filepathTemplate' that is not text")
         splits[split_name] = SplitInfo(
             split_name,
             lengths,
-            entry.get("filepathTemplate") or _DEFAULT_TEMPLATE,
+            template,
             _int(entry.get("numBytes", 0), f"{where}: split {split_name!r} numBytes"),
         )
-    supervised = document.get("supervisedKeys") or None
-    keys: tuple[str, ...] | None = None
-    if isinstance(supervised, Mapping):
-        if "tuple" in supervised:
-            keys = tuple(item.get("featureKey", "") for item in supervised["tuple"].get("items", []))
-        elif "input" in supervised:  # older TFDS: {"input": ..., "output": ...}
-            keys = (supervised["input"], supervised["output"])
+    file_format = document.get("fileFormat") or "tfrecord"
+    if not isinstance(file_format, str):
+        raise TFDSFormatError(f"{where}: 'fileFormat' is not text")
     return DatasetInfo(
         path=path,
         name=name,
-        version=str(document.get("version", "")),
-        file_format=document.get("fileFormat") or "tfrecord",
+        version=str(document.get("version", ""))[:_MAX_NAME],
+        file_format=file_format,
         splits=splits,
-        supervised_keys=keys,
+        supervised_keys=_supervised_keys(document.get("supervisedKeys")),
         description=str(document.get("description", "")),
     )
+
+
+def _supervised_keys(supervised: Any) -> tuple[str, ...] | None:
+    """``(input key, target key)`` of ``supervisedKeys`` (None when absent or unreadable)."""
+    if not isinstance(supervised, Mapping):
+        return None
+    keys: list[Any] = []
+    if isinstance(supervised.get("tuple"), Mapping) and isinstance(supervised["tuple"].get("items"), list):
+        keys = [
+            item.get("featureKey", "") if isinstance(item, Mapping) else None
+            for item in supervised["tuple"]["items"]
+        ]
+    elif "input" in supervised:  # older TFDS: {"input": ..., "output": ...}
+        keys = [supervised.get("input"), supervised.get("output")]
+    return tuple(keys) if keys and all(isinstance(key, str) for key in keys) else None
 
 
 def read_info(path: str, storage_options: StorageOptions = None) -> DatasetInfo:
@@ -279,12 +366,12 @@ def expand_with_tfds(
     stands for its shards, split by split, and a dataset's manifest for the shards it lists; the
     records ``dataset_info.json`` or the manifest says each holds are returned beside them
     (``{shard path: records}``)."""
-    from ...records.manifest import is_manifest, read_manifest
-
     files: list[str] = []
     expected: dict[str, int] = {}
     for path in paths:
-        if is_manifest(path):
+        if path.endswith(".manifest.json"):  # (records.manifest imports numpy: only for a manifest)
+            from ...records.manifest import read_manifest
+
             manifest = read_manifest(path, storage_options)
             shards = manifest.shard_paths()
             files.extend(shards)

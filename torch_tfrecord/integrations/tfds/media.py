@@ -47,7 +47,7 @@ def _png16(data: bytes) -> torch.Tensor:
         return _png16_pillow(data)
     encoded = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     pixels: torch.Tensor = tvio.decode_png(encoded, mode=tvio.ImageReadMode.UNCHANGED)
-    if pixels.dtype != torch.uint16:
+    if pixels.dtype != getattr(torch, "uint16", None):  # torch < 2.3 has no uint16
         raise ValueError(f"a uint16 image is stored as a 16-bit PNG, found {pixels.dtype}")
     return pixels
 

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ...errors import IndexFormatError, StaleIndexError
-from ..index import check_table, index_from_sizes, read_index_bytes, write_index_bytes
+from ..index import check_table, index_from_sizes, max_index_bytes, read_index_bytes, write_index_bytes
 from ..io import PathLike, StorageOptions, file_size, open_binary
 
 __all__ = [
@@ -55,6 +55,11 @@ MAGIC = b"\x89TFRecord compressed index\r\n\x1a\n"
 TAIL_SIZE = 8
 _VERSION = 1
 _U32 = struct.Struct("<I")
+# DEFLATE inflates at most about 1032 times; a record takes 16 bytes at least: the most records a
+# compressed file of N bytes holds is about 1032 * N / 16. A seek point (a 32 KiB window) per
+# compressed KiB at most.
+_MAX_RATIO = 1032
+_SEEK_BYTES_PER_BYTE = 32
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -130,8 +135,23 @@ def encode_compressed_index(index: CompressedIndex) -> bytes:
     return body + _U32.pack(zlib.crc32(body))
 
 
-def decode_compressed_index(data: bytes, index_path: PathLike = "<bytes>") -> CompressedIndex:
-    """Parses a compressed index file; see :func:`load_compressed_index`."""
+def decode_compressed_index(
+    data: bytes,
+    index_path: PathLike = "<bytes>",
+    *,
+    data_size: int | None = None,
+    data_path: PathLike = "its data file",
+) -> CompressedIndex:
+    """Parses a compressed index file; see :func:`load_compressed_index`.
+
+    Nothing is inflated past what a compressed file of ``data_size`` bytes (given: the data
+    file's, checked against the header first; else the size the header claims) can hold:
+    ``records`` sizes of 8 bytes for at most ``1032 * size / 16`` records, and seek points.
+
+    Raises:
+        IndexFormatError: damaged, or claiming more than its file can hold.
+        StaleIndexError: ``data_size`` is not the size the index was built for.
+    """
     name = os.fspath(index_path)
     if not is_compressed_index(data):
         raise IndexFormatError(f"{name!r} is not a torch-tfrecord compressed index (no magic at byte 0)")
@@ -159,11 +179,18 @@ def decode_compressed_index(data: bytes, index_path: PathLike = "<bytes>") -> Co
     table_end = at + sizes_bytes
     if table_end + seek_bytes != len(data) - 4 or min(records, sizes_bytes, seek_bytes) < 0:
         raise IndexFormatError(f"{name!r}: the header's sizes do not match the file's {len(data)} bytes")
-    try:
-        sizes = zlib.decompress(data[at:table_end])
-        seek_points = zlib.decompress(data[table_end : table_end + seek_bytes])
-    except zlib.error as error:
-        raise IndexFormatError(f"{name!r}: its record sizes or seek points do not inflate: {error}") from None
+    if data_size is not None and data_size != compressed_size:
+        raise _other_size(index_path, data_path, compressed_size, data_size)
+    size = compressed_size if data_size is None else data_size
+    most = _MAX_RATIO * size // 16 + 1
+    if records > most:
+        raise IndexFormatError(
+            f"{name!r} claims {records:,} records: a compressed file of {size:,} bytes holds {most:,} at most"
+        )
+    sizes = _inflate(data[at:table_end], 8 * records, name, "record sizes")
+    seek_points = _inflate(
+        data[table_end : table_end + seek_bytes], _SEEK_BYTES_PER_BYTE * size + (1 << 20), name, "seek points"
+    )
     if len(sizes) != 8 * records:
         raise IndexFormatError(f"{name!r}: {len(sizes) // 8} record sizes for {records} records")
     table = index_from_sizes(np.frombuffer(sizes, dtype="<i8").astype(np.int64))
@@ -171,6 +198,28 @@ def decode_compressed_index(data: bytes, index_path: PathLike = "<bytes>") -> Co
         return CompressedIndex(compression, compressed_size, tail, table, seek_points, spacing, damaged)
     except ValueError as error:
         raise IndexFormatError(f"{name!r}: {error}") from None
+
+
+def _other_size(index_path: PathLike, data_path: PathLike, built: int, size: int) -> StaleIndexError:
+    return StaleIndexError(
+        f"compressed index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}: it was "
+        f"built for a file of {built} bytes, this one has {size} (another file, or this one changed; "
+        "rebuild it with `tfrecord-index build`)"
+    )
+
+
+def _inflate(data: bytes, most: int, name: str, what: str) -> bytes:
+    """``data`` inflated, but never past ``most`` bytes (more is damage, or a lie)."""
+    inflater = zlib.decompressobj()
+    try:
+        out = inflater.decompress(data, most + 1)
+    except zlib.error as error:
+        raise IndexFormatError(f"{name!r}: its {what} do not inflate: {error}") from None
+    if len(out) > most or inflater.unconsumed_tail:
+        raise IndexFormatError(f"{name!r}: its {what} inflate past the {most:,} bytes its header allows")
+    if not inflater.eof:
+        raise IndexFormatError(f"{name!r}: its {what} are cut short")
+    return out
 
 
 def save_compressed_index(
@@ -202,10 +251,18 @@ def load_compressed_index(
         StaleIndexError: with ``data_path``, the index describes another or a changed file, or
             a damaged one that ``allow_damaged`` does not accept.
     """
-    index = decode_compressed_index(read_index_bytes(index_path, storage_options), index_path)
+    size = None if data_path is None else file_size(data_path, storage_options)
+    limit = None if size is None else max_index_bytes(size)
+    data = read_index_bytes(index_path, storage_options, limit)
+    index = decode_compressed_index(data, index_path, data_size=size, data_path=data_path or "")
     if data_path is not None:
         check_compressed_index(
-            index, data_path, index_path, allow_damaged=allow_damaged, storage_options=storage_options
+            index,
+            data_path,
+            index_path,
+            allow_damaged=allow_damaged,
+            storage_options=storage_options,
+            size=size,
         )
     return index
 
@@ -226,6 +283,7 @@ def check_compressed_index(
         allow_damaged: accept the index of a damaged file built with ``on_error="skip"``
             (:attr:`CompressedIndex.damaged`), which lists only the records before the damage;
             by default it is refused, so that a strict read never stops short silently.
+        size: the data file's size, when the caller knows it (else looked up).
 
     Raises:
         StaleIndexError: naming both files and what differs, or the damage.
@@ -233,10 +291,7 @@ def check_compressed_index(
     where = f"compressed index {os.fspath(index_path)!r} does not describe {os.fspath(data_path)!r}"
     size = file_size(data_path, storage_options) if size is None else size  # (known from a listing)
     if size != index.compressed_size:
-        raise StaleIndexError(
-            f"{where}: it was built for a file of {index.compressed_size} bytes, this one has {size} "
-            "(another file, or this one changed; rebuild it with `tfrecord-index build`)"
-        )
+        raise _other_size(index_path, data_path, index.compressed_size, size)
     tail = read_tail(data_path, size, storage_options)
     if tail != index.tail:
         raise StaleIndexError(

@@ -1,122 +1,107 @@
 """The node-local cache of remote shards: one directory shared by every process of a node.
 
-Layout of a cache directory (every name derived from the object's URL, ``KEY``):
+Layout of a cache directory (``KEY`` derived from the object's URL; each kind of file in a
+directory of its own, so no object's name can collide with the cache's own files):
 
-- ``KEY``: a complete, verified copy (it appears only by a rename);
-- ``KEY.json``: what it is a copy of (URL, size, version: ETag or generation). Written before
+- ``cache.json``: the layout and the directory's one limit (see :class:`ShardCache`);
+- ``copies/KEY``: a complete copy (it appears only by a rename);
+- ``meta/KEY.json``: what it is a copy of (URL, size, version: ETag or generation). Written before
   the download starts, it is the *reservation*: the cache's usage is the sum of its entries'
   sizes, so the limit holds while downloads run, not only after;
-- ``KEY.part``: a download under way (the bytes below its size are the object's);
+- ``partial/KEY``: a download under way (the bytes below its size are the object's);
 - ``locks/KEY.lock``: held (``flock``) by the one process downloading KEY; ``locks/cache.lock``
   around every reservation and eviction. The kernel lets go of a dead process's locks, so a
-  crash leaves no lock that blocks anyone; its ``.part`` and reservation are removed by the next
-  process that opens the cache or reserves;
+  crash leaves no lock that blocks anyone; its partial download and reservation are removed by
+  the next process that opens the cache or reserves;
 - ``hints/PID.json``: when each process will need which shards (see :func:`.eviction.next_use`), so that
   eviction keeps what the node's readers need soonest.
 
-filelock (the ``remote`` extra) does the locking.
+The directory and everything read from it must be this user's (or a named group's): see
+:mod:`.cache_dir`. A directory of the first layout (every file at the top) is ignored: its files
+are never read, and ``torch-tfrecord cache clear`` removes them.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import hashlib
 import json
+import logging
 import math
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
-from ...support.extras import install_hint
 from ...support.processes import pid_alive
-from .eviction import FETCH_AHEAD, Schedule, choose_victims, next_use
+from .cache_dir import (
+    Access,
+    CacheWriteError,
+    FileLock,
+    LockTimeout,
+    NoLock,
+    create_exclusive,
+    ensure_directory,
+    modified,
+    read_small,
+    regular_file,
+    remove_quietly,
+    remove_tree,
+    temporary_name_pid,
+    write_atomically,
+    writing,
+)
+from .cache_entries import (
+    META_BYTES,
+    CacheEntry,
+    CacheLimitError,
+    cache_key,
+    entry_meta,
+    old_layout_files,
+    parse_size,
+    read_limit,
+    read_schedules,
+    write_limit,
+)
+from .eviction import FETCH_AHEAD, ShardUses, choose_victims, next_use
 
-__all__ = ["CacheEntry", "ShardCache", "parse_size"]
+__all__ = ["CacheEntry", "CacheLimitError", "ShardCache", "cache_key", "parse_size"]
 
+logger = logging.getLogger(__name__)
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)b?\s*", re.IGNORECASE)
 # With no limit, the cache leaves this much of its disk free (and 5% of it at least).
 _FREE_MARGIN = 1 << 30
-
-
-def parse_size(size: int | str) -> int:
-    """Bytes of ``size``: an int, or a string like ``"50GB"``, ``"1.5 GiB"``, ``"200M"``.
-
-    Raises:
-        ValueError: not a size, or a negative one.
-    """
-    if isinstance(size, int):
-        value = size
-    else:
-        match = _SIZE.fullmatch(size)
-        if match is None:
-            raise ValueError(f"{size!r} is not a size in bytes (e.g. 50GB, 1.5GiB, 200M or 4096)")
-        number, prefix, binary = match.groups()
-        scale = 1024 ** "kmgt".index(prefix.lower()) * 1024 if binary and prefix else _UNITS[prefix.lower()]
-        value = int(float(number) * scale)
-    if value < 0:
-        raise ValueError(f"a cache size must not be negative, got {size!r}")
-    return value
-
-
-def cache_key(url: str) -> str:
-    """The file name of ``url``'s copy: a digest of the URL and the object's own name."""
-    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rpartition("/")[2])[-80:]
-    return f"{digest}-{name}"
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    """One entry of a cache directory.
-
-    Attributes:
-        key: its file name in the directory.
-        url: the object it copies.
-        size: its size (reserved while it downloads).
-        version: the object's ETag or generation when it was fetched ("" where the store has none).
-        complete: whether the copy is complete (else a download is under way or was cut off).
-        path: the copy's path.
-    """
-
-    key: str
-    url: str
-    size: int
-    version: str
-    complete: bool
-    path: str
-
-
-def _filelock() -> Any:
-    try:
-        import filelock
-    except ImportError as error:
-        raise ImportError(f"the cache of remote shards needs filelock; {install_hint('remote')}") from error
-    return filelock
-
-
-def _remove(path: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.remove(path)
+_SUBDIRECTORIES = ("copies", "meta", "partial", "locks", "hints")
+_WARNED: set[tuple[int, str]] = set()  # (process, directory): warned that it reads without the cache
 
 
 class ShardCache:
     """A directory of complete copies of remote objects, bounded in size, shared by processes.
 
     Every method is safe to call from several processes (ranks, DataLoader workers, other jobs)
-    on the same directory at once. The object pickles as its directory and limit.
+    on the same directory at once. The object pickles as its directory, limit and access.
+
+    The directory must be this user's and writable by nobody else (or shared through ``group``);
+    it is made 0700 (2770 with a group). A directory that cannot be written (read-only, full)
+    makes the cache read without it, with one warning; a copy is trusted when its recorded
+    size and version match the object, and the readers check its records' CRCs.
 
     Args:
         root: the directory (created if missing); None: a new one under the temporary
             directory, removed when the process that made it exits.
-        limit: the most bytes its entries take (``50_000_000_000`` or ``"50GB"``); None: what
-            the disk has free, less a margin (1 GiB or 5% of the disk, the larger).
+        limit: the most bytes its entries take (``50_000_000_000`` or ``"50GB"``). A directory
+            has one limit, recorded in its ``cache.json`` by the first job that names one; a job
+            naming another is refused (:class:`CacheLimitError`): leave it out to use the
+            recorded one, or change it with ``torch-tfrecord cache limit DIR SIZE``. None with
+            none recorded: what the disk has free, less a margin (1 GiB or 5% of the disk).
+        group: the group (name or id) that shares the directory; None: the environment variable
+            ``TORCH_TFRECORD_CACHE_GROUP``, else this user alone.
+
+    Raises:
+        CacheDirectoryError: the directory (or one inside it) is another user's or writable
+            by others; the message says how to make a safe one.
+        CacheLimitError: ``limit`` differs from the directory's recorded limit.
 
     Example:
         >>> cache = ShardCache("/scratch/cache", "50GB")  # doctest: +SKIP
@@ -124,99 +109,166 @@ class ShardCache:
         True
     """
 
-    def __init__(self, root: str | os.PathLike[str] | None = None, limit: int | str | None = None) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str] | None = None,
+        limit: int | str | None = None,
+        *,
+        group: str | int | None = None,
+    ) -> None:
+        self.access = Access.of(group)
         self.temporary = root is None
         if root is None:
             root = tempfile.mkdtemp(prefix="torch-tfrecord-cache-")
-            atexit.register(_remove_tree, os.fspath(root), os.getpid())
+            atexit.register(remove_tree, os.fspath(root), os.getpid())
         self.root = os.path.abspath(os.fspath(root))
         self.limit = None if limit is None else parse_size(limit)
-        os.makedirs(os.path.join(self.root, "locks"), exist_ok=True)
-        os.makedirs(os.path.join(self.root, "hints"), exist_ok=True)
-        self._filelock = _filelock()
-        self.recover()
+        self.disabled: str | None = None  # why the cache is not used, once it cannot be written
+        try:
+            ensure_directory(self.root, self.access, top=True)
+            for name in _SUBDIRECTORIES:
+                ensure_directory(os.path.join(self.root, name), self.access)
+            self.limit = self._settle_limit(self.limit)
+            self.recover()
+        except CacheWriteError as error:
+            self.degrade(error)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"temporary": self.temporary, "root": self.root, "limit": self.limit}
+        keep = ("temporary", "root", "limit", "access", "disabled")
+        return {name: self.__dict__[name] for name in keep}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._filelock = _filelock()
+
+    def degrade(self, error: OSError) -> None:
+        """Reads without the cache from now on (in this process): its directory cannot be
+        written. Warns once per process and directory."""
+        self.disabled = str(error)
+        if (os.getpid(), self.root) not in _WARNED:
+            _WARNED.add((os.getpid(), self.root))
+            logger.warning("the cache directory %r cannot be used (%s): reading without it", self.root, error)
 
     # ------------------------------------------------------------------ paths and locks
 
     def path(self, key: str) -> str:
-        return os.path.join(self.root, key)
+        """Where ``key``'s complete copy is."""
+        return os.path.join(self.root, "copies", key)
 
     def part_path(self, key: str) -> str:
-        return os.path.join(self.root, key + ".part")
+        """Where ``key``'s download under way is."""
+        return os.path.join(self.root, "partial", key)
 
-    def key_lock(self, key: str) -> Any:
-        """The lock held by the one process downloading ``key`` (a ``filelock.FileLock``)."""
-        return self._filelock.FileLock(os.path.join(self.root, "locks", key + ".lock"))
+    def meta_path(self, key: str) -> str:
+        return os.path.join(self.root, "meta", key + ".json")
 
-    def try_lock(self, key: str) -> Any:
+    def key_lock(self, key: str) -> FileLock:
+        """The lock held by the one process downloading ``key``."""
+        if self.disabled is not None:
+            return NoLock()
+        return FileLock(os.path.join(self.root, "locks", key + ".lock"), self.access)
+
+    def try_lock(self, key: str) -> FileLock | None:
         """:meth:`key_lock`, acquired, if no process holds it; else None."""
         lock = self.key_lock(key)
         try:
             lock.acquire(timeout=0)
-        except self._filelock.Timeout:
+        except LockTimeout:
             return None
         return lock
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with self._filelock.FileLock(os.path.join(self.root, "locks", "cache.lock")):
+        with FileLock(os.path.join(self.root, "locks", "cache.lock"), self.access):
             yield
+
+    def _settle_limit(self, limit: int | None) -> int | None:
+        with self._locked():
+            known, recorded = read_limit(self.root, self.access)
+            if not known or (recorded is None and limit is not None):
+                write_limit(self.root, limit, self.access)
+                return limit
+            if limit is not None and limit != recorded:
+                raise CacheLimitError(
+                    f"the cache directory {self.root!r} has a limit of {recorded:,} bytes (recorded in its "
+                    f"cache.json by the first job that named one); this job asks for {limit:,}. A "
+                    "directory has one limit, or jobs would evict each other's shards forever: give "
+                    f"the same cache_limit, or none (the recorded one), or change it with "
+                    f"`torch-tfrecord cache limit {self.root} {limit}`"
+                )
+            return recorded
+
+    def set_limit(self, limit: int | str | None) -> None:
+        """Records a new limit for the directory (None: the disk's free space); jobs that use it
+        follow at their next reservation."""
+        self.limit = None if limit is None else parse_size(limit)
+        with self._locked():
+            write_limit(self.root, self.limit, self.access)
 
     # ------------------------------------------------------------------ entries
 
     def _meta(self, key: str) -> dict[str, Any] | None:
-        try:
-            with open(self.path(key) + ".json", encoding="utf-8") as f:
-                return json.load(f)  # type: ignore[no-any-return]
-        except (FileNotFoundError, ValueError):
-            return None
+        return entry_meta(read_small(self.meta_path(key), META_BYTES, self.access))
+
+    def _keys(self, folder: str, suffix: str = "") -> set[str]:
+        names = os.listdir(os.path.join(self.root, folder))
+        return {n[: len(n) - len(suffix)] for n in names if n.endswith(suffix) and not n.startswith(".")}
 
     def entries(self) -> list[CacheEntry]:
-        """Every entry, complete or not, sorted by URL."""
+        """Every entry, complete or not, sorted by URL (metadata that does not read is left out:
+        see :meth:`unreadable`)."""
         found = []
-        for name in os.listdir(self.root):
-            if not name.endswith(".json"):
-                continue
-            key = name[: -len(".json")]
+        for key in self._keys("meta", ".json"):
             meta = self._meta(key)
             if meta is None:
                 continue
-            complete = os.path.exists(self.path(key))
+            complete = regular_file(self.path(key), self.access) is not None
             found.append(
-                CacheEntry(key, meta["url"], int(meta["size"]), meta["version"], complete, self.path(key))
+                CacheEntry(key, meta["url"], meta["size"], meta["version"], complete, self.path(key))
             )
         return sorted(found, key=lambda entry: entry.url)
+
+    def unreadable(self) -> list[str]:
+        """The metadata files that are not an entry's (malformed, a link, another user's)."""
+        return sorted(self.meta_path(key) for key in self._keys("meta", ".json") if self._meta(key) is None)
+
+    def old_layout_files(self) -> list[str]:
+        """Files of the first layout (every entry's files at the top), ignored by this one."""
+        return old_layout_files(self.root, self.access)
 
     def usage(self) -> int:
         """Bytes the entries take or have reserved."""
         return sum(entry.size for entry in self.entries())
 
     def limit_bytes(self) -> int:
-        """The limit: as given, or the entries' bytes plus what the disk has free, less a margin."""
+        """The limit: as recorded, or the entries' bytes plus what the disk has free, less a margin."""
+        known, recorded = read_limit(self.root, self.access) if self.disabled is None else (False, None)
+        if known:
+            self.limit = recorded
         if self.limit is not None:
             return self.limit
         disk = shutil.disk_usage(self.root)
         return self.usage() + max(0, disk.free - max(_FREE_MARGIN, disk.total // 20))
 
     def lookup(self, url: str, size: int | None, version: str) -> str | None:
-        """The path of ``url``'s complete copy if it is of this size (None: any) and version; a
-        copy of another version is removed (fetched again by the next download)."""
+        """The path of ``url``'s complete copy if it is of this size (None: any) and version,
+        and of the size recorded; a copy of another version is removed (fetched again by the
+        next download)."""
+        if self.disabled is not None:
+            return None
         key = cache_key(url)
         meta = self._meta(key)
-        if meta is None or not os.path.exists(self.path(key)):
+        copy = regular_file(self.path(key), self.access) if meta is not None else None
+        if meta is None or copy is None or meta["url"] != url:
             return None
-        if (size is not None and int(meta["size"]) != size) or meta["version"] != version:
+        if (
+            (size is not None and meta["size"] != size)
+            or meta["version"] != version
+            or copy.st_size != meta["size"]
+        ):
             self.discard(key)
             return None
         with contextlib.suppress(OSError):  # the last access, for least-recently-used eviction
-            os.utime(self.path(key))
+            os.utime(self.path(key), follow_symlinks=False)
         return self.path(key)
 
     def discard(self, key: str, *, incomplete_only: bool = False) -> bool:
@@ -226,7 +278,7 @@ class ShardCache:
         if lock is None:
             return False
         try:
-            if incomplete_only and os.path.exists(self.path(key)):
+            if incomplete_only and os.path.lexists(self.path(key)):
                 return False
             self.remove(key)
         finally:
@@ -235,9 +287,9 @@ class ShardCache:
 
     def remove(self, key: str) -> None:
         """Removes an entry: its copy first, then its reservation (usage never under-counts)."""
-        _remove(self.path(key))
-        _remove(self.part_path(key))
-        _remove(self.path(key) + ".json")
+        remove_quietly(self.path(key))
+        remove_quietly(self.part_path(key))
+        remove_quietly(self.meta_path(key))
 
     # ------------------------------------------------------------------ reservations
 
@@ -248,7 +300,12 @@ class ShardCache:
         Args:
             now: the caller's time (``epoch + fraction``) for the order-aware eviction; infinity
                 when it has no schedule (then the least recently used entries go first).
+
+        Raises:
+            CacheWriteError: the directory cannot be written (:meth:`degrade` then).
         """
+        if self.disabled is not None:
+            return False
         key = cache_key(url)
         with self._locked():
             self._clean_stale(skip=key)
@@ -262,7 +319,7 @@ class ShardCache:
             else:  # a reader without a schedule: least recently used first
                 incoming = now if math.isfinite(now) else -math.inf
             candidates = [
-                (entry.key, entry.size, next_use(entry.key, schedules, now), _mtime(entry.path))
+                (entry.key, entry.size, next_use(entry.key, schedules, now), modified(entry.path))
                 for entry in entries
                 if entry.complete
             ]
@@ -271,91 +328,108 @@ class ShardCache:
                 return False
             for victim in victims:
                 self.remove(victim)
-            _remove(self.path(key))
-            _write_json(self.path(key) + ".json", {"url": url, "size": size, "version": version})
+            remove_quietly(self.path(key))
+            remove_quietly(self.part_path(key))
+            meta = {"url": url, "size": size, "version": version}
+            write_atomically(self.meta_path(key), json.dumps(meta).encode(), self.access)
             return True
+
+    def create_part(self, key: str) -> int:
+        """A descriptor of ``key``'s new partial download, open for writing (call it holding
+        :meth:`key_lock`, after :meth:`reserve`).
+
+        Raises:
+            CacheWriteError: it could not be made.
+        """
+        return create_exclusive(self.part_path(key), self.access)
 
     def get_bytes(self, name: str, version: str) -> bytes | None:
         """What :meth:`put_bytes` kept under ``name`` for this ``version``, if it is there."""
         path = self.lookup(name, None, version)
         if path is None:
             return None
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-            return f.read()
-        return None
+        meta = self._meta(cache_key(name))
+        return read_small(path, meta["size"] if meta else 0, self.access)
 
     def put_bytes(self, name: str, version: str, data: bytes) -> bool:
         """Keeps ``data`` (e.g. an index scanned from a shard) under ``name`` and ``version``;
-        False when the limit leaves no room or another process is writing it."""
+        False when the limit leaves no room, another process is writing it, or the cache
+        cannot be written."""
         key = cache_key(name)
         lock = self.try_lock(key)
-        if lock is None:
+        if lock is None or self.disabled is not None:
             return False
         try:
             if not self.reserve(name, len(data), version):
                 return False
-            with open(self.part_path(key), "wb") as f:
-                f.write(data)
-            self.commit(key)
+            try:
+                descriptor = self.create_part(key)
+                with writing(repr(self.part_path(key))), os.fdopen(descriptor, "wb") as out:
+                    out.write(data)
+                self.commit(key)
+            except BaseException:
+                self.remove(key)
+                raise
             return True
+        except CacheWriteError as error:
+            self.degrade(error)
+            return False
         finally:
             lock.release()
 
     def commit(self, key: str) -> str:
         """Makes a finished download the entry's copy (a rename); returns its path."""
-        os.replace(self.part_path(key), self.path(key))
+        with writing(repr(self.path(key))):
+            os.replace(self.part_path(key), self.path(key))
         return self.path(key)
 
     def recover(self) -> None:
-        """Removes what dead processes left: cut-off downloads, their reservations, their hints."""
-        with self._locked():
-            self._clean_stale()
+        """Removes what dead processes left: cut-off downloads, their reservations, their hints
+        and temporary files."""
+        if self.disabled is None:
+            with self._locked():
+                self._clean_stale()
 
     def _clean_stale(self, skip: str = "") -> None:
-        names = set(os.listdir(self.root))
-        for name in names:
-            if name.endswith(".json"):
-                key = name[: -len(".json")]
-                if key in names or key == skip:
-                    continue
-            elif name.endswith(".part"):
-                key = name[: -len(".part")]
-                if key == skip or key + ".json" in names:
-                    continue
-            else:
-                continue
-            self.discard(key, incomplete_only=True)
+        reserved, copies, parts = self._keys("meta", ".json"), self._keys("copies"), self._keys("partial")
+        for key in (reserved - copies) | (parts - reserved):  # a download, under way or cut off
+            if key != skip:
+                self.discard(key, incomplete_only=True)
+        for key in copies - reserved:  # a copy whose reservation is gone
+            if key != skip:
+                self.discard(key)
+        for folder in ("", "meta", "hints"):
+            directory = os.path.join(self.root, folder)
+            for name in os.listdir(directory):
+                pid = temporary_name_pid(name)
+                if pid is not None and not pid_alive(pid):
+                    remove_quietly(os.path.join(directory, name))
         hints = os.path.join(self.root, "hints")
         for name in os.listdir(hints):
             if name.split(".")[0].isdigit() and not pid_alive(int(name.split(".")[0])):
-                _remove(os.path.join(hints, name))
+                remove_quietly(os.path.join(hints, name))
 
     # ------------------------------------------------------------------ schedules
 
-    def publish(self, schedule: Schedule) -> None:
+    def publish(self, schedule: ShardUses) -> None:
         """Tells the node when this process will need which keys (replacing what it said before)."""
-        _write_json(
-            os.path.join(self.root, "hints", f"{os.getpid()}.json"),
-            {key: [list(use) for use in uses] for key, uses in schedule.items()},
-        )
+        if self.disabled is not None:
+            return
+        hints = {key: [list(use) for use in uses] for key, uses in schedule.items()}
+        try:
+            path = os.path.join(self.root, "hints", f"{os.getpid()}.json")
+            write_atomically(path, json.dumps(hints).encode(), self.access)
+        except CacheWriteError as error:
+            self.degrade(error)
 
-    def _schedules(self) -> list[Schedule]:
-        found: list[Schedule] = []
-        hints = os.path.join(self.root, "hints")
-        for name in os.listdir(hints):
-            if name.endswith(".json"):
-                with (
-                    contextlib.suppress(FileNotFoundError, ValueError),
-                    open(os.path.join(hints, name), encoding="utf-8") as f,
-                ):
-                    found.append({k: [(float(a), float(b)) for a, b in v] for k, v in json.load(f).items()})
-        return found
+    def _schedules(self) -> list[ShardUses]:
+        return read_schedules(os.path.join(self.root, "hints"), self.access)
 
     # ------------------------------------------------------------------ maintenance
 
     def clear(self) -> int:
-        """Removes every entry no process is downloading, and the hints of dead processes;
-        returns the entries removed."""
+        """Removes every entry no process is downloading, the hints of dead processes and the
+        files of the first layout; returns the entries removed."""
         removed = 0
         with self._locked():
             self._clean_stale()
@@ -363,28 +437,13 @@ class ShardCache:
                 if entry.complete:
                     self.remove(entry.key)
                     removed += 1
+            for key in self._keys("meta", ".json"):
+                if self._meta(key) is None:  # (its copy too)
+                    self.remove(key)
+            for path in self.old_layout_files():
+                remove_quietly(path)
         return removed
 
     def __repr__(self) -> str:
         limit = "free disk" if self.limit is None else f"{self.limit} bytes"
         return f"ShardCache({self.root!r}, limit={limit})"
-
-
-def _mtime(path: str) -> float:
-    try:
-        return os.stat(path).st_mtime
-    except FileNotFoundError:
-        return 0.0
-
-
-def _write_json(path: str, value: Any) -> None:
-    """Writes ``path`` whole or not at all (a temporary name, then a rename)."""
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8") as f:
-        json.dump(value, f)
-    os.replace(temporary, path)
-
-
-def _remove_tree(root: str, owner: int) -> None:
-    if os.getpid() == owner:  # not in a forked child that inherited the exit hook
-        shutil.rmtree(root, ignore_errors=True)

@@ -18,8 +18,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ...errors import RemoteIOError
+from ...errors import IndexFormatError, RemoteIOError
 from .cache import ShardCache, cache_key
+from .cache_dir import CacheWriteError, read_small, writing
 from .ranged import RemoteFile, RequestCounter
 from .retry import retrying
 from .urls import StorageOptions, file_info, filesystem, read_bytes
@@ -69,6 +70,8 @@ def download(
     Raises:
         RemoteIOError: the object changed (size or version) while it was fetched.
     """
+    if cache.disabled is not None:
+        return None
     key = cache_key(url)
     lock = cache.try_lock(key)
     if lock is None:
@@ -80,7 +83,7 @@ def download(
         if not cache.reserve(url, size, version, now):
             return None
         try:
-            _fetch(cache.part_path(key), url, size, storage_options, counter)
+            _fetch(cache, key, url, size, storage_options, counter)
             info = file_info(url, storage_options) if recheck else {"size": size}
             if int(info["size"]) != size or (recheck and file_version(info) != version):
                 raise RemoteIOError(
@@ -91,16 +94,24 @@ def download(
         except BaseException:
             cache.remove(key)
             raise
+    except CacheWriteError as error:  # read-only or full: read from the store instead
+        cache.degrade(error)
+        return None
     finally:
         lock.release()
 
 
 def _fetch(
-    part: str, url: str, size: int, storage_options: StorageOptions, counter: RequestCounter | None
+    cache: ShardCache,
+    key: str,
+    url: str,
+    size: int,
+    storage_options: StorageOptions,
+    counter: RequestCounter | None,
 ) -> None:
     fs, path = filesystem(url, storage_options)
     position, chunk = 0, _FIRST_CHUNK
-    with open(part, "wb", buffering=0) as out:
+    with os.fdopen(cache.create_part(key), "wb", buffering=0) as out:
         while position < size:
             start, end = position, min(size, position + chunk)
 
@@ -112,24 +123,39 @@ def _fetch(
             data = retrying(get, url, f"caching bytes {start}..{end}")
             if len(data) != end - start:
                 raise RemoteIOError(f"{url!r} is shorter than {size} bytes (it changed while being cached)")
-            out.write(data)
+            with writing(repr(cache.part_path(key))):
+                out.write(data)
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
 
 
 def read_through(
-    cache: ShardCache, url: str, storage_options: StorageOptions = None, info: dict[str, Any] | None = None
+    cache: ShardCache,
+    url: str,
+    storage_options: StorageOptions = None,
+    info: dict[str, Any] | None = None,
+    *,
+    limit: int | None = None,
 ) -> bytes:
     """The whole (small) object at ``url`` (an index file), from its cached copy, which is
     fetched first if there is none; from the store when the cache cannot take it. ``info``:
-    fsspec's info of the object when known (a listing said it), not looked up again."""
+    fsspec's info of the object when known (a listing said it), not looked up again.
+
+    Raises:
+        IndexFormatError: the object is larger than ``limit`` (nothing fetched).
+    """
     info = file_info(url, storage_options) if info is None else info
     size, version = int(info["size"]), file_version(info)
+    if limit is not None and size > limit:
+        raise IndexFormatError(
+            f"{url!r} has {size:,} bytes: more than an index of its data file can hold ({limit:,}); not read"
+        )
     path = cache.lookup(url, size, version) or download(
         cache, url, size, version, storage_options, recheck=size > _FIRST_CHUNK
     )
     if path is not None:
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-            return f.read()
+        data = read_small(path, size, cache.access)  # (None: evicted meanwhile)
+        if data is not None and len(data) == size:
+            return data
     return read_bytes(url, storage_options)
 
 
@@ -197,6 +223,8 @@ class CachedFile:
     def start(self) -> None:
         """Starts fetching the object into the cache in the background (unless this process
         already is, or another one, or the cache could not take it a moment ago)."""
+        if self.cache.disabled is not None:  # (read-only or full: reads go to the store)
+            return
         with self._lock:
             if self._pid != os.getpid():  # forked: the parent's download thread is not here
                 self._future, self._tried, self._pid = None, -_RETRY_S, os.getpid()
@@ -241,7 +269,7 @@ class CachedFile:
         """
         while True:
             path = self.local_path()
-            if path is not None:
+            if path is not None or self.cache.disabled is not None:
                 return path
             self._tried = -_RETRY_S
             self.start()
@@ -274,6 +302,9 @@ class CachedFile:
                 data = _pread_all(self.cache.part_path(self.key), starts, sizes)
                 if data is not None:
                     return data
+            if self.cache.disabled is not None:  # read as without a cache
+                downloading = False
+                break
             downloading = part >= 0 or self._fetching_here() or self._fetching_elsewhere()
             if not downloading and not rechecked and self.local_path() is not None:
                 # The download ended between the first look and now (its copy appears by a rename
@@ -331,8 +362,8 @@ def _size(path: str) -> int:
 def _pread_all(path: str, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes] | None:
     """The ranges of a local file; None if it is gone or shorter (a copy evicted meanwhile)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # (a link: not the cache's)
+    except (FileNotFoundError, NotADirectoryError):
         return None
     try:
         out = [os.pread(fd, size, start) for start, size in zip(starts, sizes, strict=True)]

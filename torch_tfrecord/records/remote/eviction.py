@@ -8,9 +8,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
-__all__ = ["FETCH_AHEAD", "Schedule", "choose_victims", "next_use"]
+__all__ = ["FETCH_AHEAD", "ShardUses", "choose_victims", "next_use"]
 
-Schedule = Mapping[str, Sequence[tuple[float, float]]]
+ShardUses = Mapping[str, Sequence[tuple[float, float]]]
 """Per cache key, the times ``(first, last)`` of each use; a time is ``epoch + fraction of it``."""
 
 # Readers fetch the shards they need within this much of an epoch ahead of their place.
@@ -18,7 +18,7 @@ FETCH_AHEAD = 0.05
 
 
 def next_use(
-    key: str, schedules: Sequence[Schedule], now: float, *, after_current: bool = False, ahead: float = 0.0
+    key: str, schedules: Sequence[ShardUses], now: float, *, after_current: bool = False, ahead: float = 0.0
 ) -> float:
     """When ``key`` is needed next after ``now`` by any of the ``schedules``: ``now`` while a use
     is under way, infinity when none will.

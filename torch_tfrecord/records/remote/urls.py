@@ -225,16 +225,20 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
     return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
 
 
-def read_bytes(url: str, storage_options: StorageOptions = None) -> bytes:
+def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | None = None) -> bytes:
     """The whole object at ``url`` (retried), in one request: asked for as the range from byte 0
     on (asked for whole, s3fs first looks up the object's size); an empty object, whose ranges S3
-    refuses, is then asked for whole."""
+    refuses, is then asked for whole. With ``limit``, at most ``limit + 1`` bytes of it: the caller
+    tells an object larger than ``limit`` by the length."""
     fs, path = filesystem(url, storage_options)
+    end = None if limit is None else limit + 1
     try:
-        return retrying(lambda: fs.cat_file(path, start=0), url, "reading")  # type: ignore[no-any-return]
+        return retrying(lambda: fs.cat_file(path, start=0, end=end), url, "reading")  # type: ignore[no-any-return]
     except FileNotFoundError:
         raise
     except (OSError, ValueError):
+        if limit is not None and int(file_info(url, storage_options)["size"]) != 0:
+            raise  # (not the empty object's refused range: a whole read could be anything)
         return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
 
 

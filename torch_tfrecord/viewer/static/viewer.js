@@ -180,6 +180,11 @@ function recordCard(file, record, target) {
     return card;
   }
   head.append(el("span", {class: "kind", text: ` ${record.kind} · ${record.size} bytes`}));
+  if (record.summarised) {
+    // too large to read whole: described from its wire format, values fetched one by one
+    card.classList.add("summarised");
+    head.append(el("span", {class: "badge", text: record.partial ? "summarised (counts are lower bounds)" : "summarised"}));
+  }
   const body = el("div", {class: "body"});
   if (record.image) {
     const canvas = el("canvas", {class: "image", "data-number": String(record.number)});
@@ -220,7 +225,7 @@ async function showRecords(file, start) {
   const lastStart = () => (total === null ? null : Math.max(0, total - PAGE));
   const controls = el("div", {class: "controls"}, select,
     el("button", {id: "prev", onclick: () => { location.hash = `records/${file}/${Math.max(0, start - PAGE)}`; }, text: "◀ previous"}),
-    el("button", {id: "next", onclick: () => { location.hash = `records/${file}/${start + PAGE}`; }, text: "next ▶"}),
+    el("button", {id: "next", onclick: () => { location.hash = `records/${file}/${page.next ?? start + PAGE}`; }, text: "next ▶"}),
     el("button", {id: "last", onclick: () => { if (lastStart() !== null) location.hash = `records/${file}/${lastStart()}`; else status.textContent = files.files[file].no_jump; }, text: "last »"}),
     el("form", {onsubmit: (e) => { e.preventDefault(); location.hash = `records/${file}/${recordInput.value}`; }}, recordInput, el("button", {text: "go to record"})),
     el("form", {onsubmit: (e) => { e.preventDefault(); jumpOffset().catch((err) => { status.textContent = err.message; }); }}, offsetInput, el("button", {text: "go to byte"})),
@@ -306,19 +311,41 @@ async function showSearch(text) {
   const results = el("ol", {id: "matches"});
   const info = el("p", {id: "search-state"});
   const form = el("form", {onsubmit: (e) => { e.preventDefault(); location.hash = `search/${encodeURIComponent(input.value)}`; }}, input, el("button", {text: "filter"}));
+  const saved = el("span", {id: "selection-state"});
+  const save = el("button", {id: "save-selection", type: "button", text: "save matches as a selection", onclick: () => saveSelection(text, saved)});
   view.replaceChildren(el("h2", {text: "Filter and search"}), form, info, results);
   if (!text) return;
-  let next = [0, 0], found = 0, scanned = 0;
+  form.append(save, saved);
+  let next = [0, 0], found = 0, scanned = 0, skipped = 0;
   const more = async () => {
     const answer = await getJSON("/api/search", {q: text, file: next[0], start: next[1]});
     for (const m of answer.matches) {
       results.append(el("li", {}, el("a", {href: `#records/${m.file}/${m.record}`, text: `${files.files[m.file].path} #${m.record}`}), ` ${m.summary}`));
     }
-    found += answer.matches.length; scanned += answer.scanned; next = answer.next;
-    info.textContent = `${found} match(es) in ${scanned} records read` + (next ? " — searching on" : " — done");
+    found += answer.matches.length; scanned += answer.scanned; skipped += answer.skipped || 0; next = answer.next;
+    const large = skipped ? ` (${skipped} too large to search)` : "";
+    info.textContent = `${found} match(es) in ${scanned} records read${large}` + (next ? " — searching on" : " — done");
     if (next && found < 200 && location.hash === `#search/${encodeURIComponent(text)}`) later(more, answer.pending ? 400 : 0);
   };
   await more().catch((e) => { info.textContent = `Error: ${e.message}`; info.className = "error"; });
+}
+
+// Every file scanned on the server for the filter's matches, saved as a .ttsel file (a dataset's select=).
+async function saveSelection(text, state) {
+  state.textContent = " scanning every record…";
+  state.className = "";
+  try {
+    const response = await fetch(api("/api/selection", {q: text}));
+    if (!response.ok) throw new Error((await response.json()).error || response.statusText);
+    const link = el("a", {href: URL.createObjectURL(await response.blob()), download: "selection.ttsel"});
+    document.body.append(link);
+    link.click();
+    link.remove();
+    state.textContent = " saved selection.ttsel";
+  } catch (e) {
+    state.textContent = ` ${e.message}`;
+    state.className = "error";
+  }
 }
 
 window.addEventListener("hashchange", route);
