@@ -335,6 +335,14 @@ def test_a_mix_and_a_packed_stream_have_stats(tmp_path: Path) -> None:
     assert packed.stats().rows == 32  # 128 sequences of 4 values in rows of 16
 
 
+def test_a_selection_of_records_has_stats(tmp_path: Path) -> None:
+    """Reading through a selection (the native batch read of its base files) counts its bytes."""
+    dataset = tt.TFRecordDataset(_shards(tmp_path), spec=SPEC, batch_size=32, subset=range(0, 128))
+    stats = _run(dataset, 0)
+    assert stats.records == 128 and stats.batches == 4
+    assert stats.bytes > 0 and stats.stage_seconds["decode"] > 0
+
+
 def test_samples_count_one_wait_per_loader_batch(tmp_path: Path) -> None:
     dataset = tt.TFRecordDataset(_shards(tmp_path, 256), spec=SPEC, loader_batch_size=32)
     for _ in DataLoader(dataset, batch_size=32, collate_fn=tt.collate):
