@@ -36,7 +36,8 @@ main process (all its threads; TensorFlow's process for its rows) and in the Dat
 timed with it on and off (``TORCH_TFRECORD_TELEMETRY=0``), alternately in each round (which goes
 first alternates too), one warm-up round and ``--repeats`` rounds; records/s on and off (medians),
 the overhead as the median of each round's ratio, and the CPU milliseconds per batch of the main
-process and the workers together, on and off.
+process and the workers together, on and off; first, the telemetry's own CPU per batch and per
+sample, on and off, timed in a loop (what a loaded machine's wall times cannot resolve).
 
     python benchmarks/bench_dataset.py --telemetry [--repeats 9] [--dir DIR]
 """
@@ -397,6 +398,39 @@ def telemetry_overhead(datasets: dict[str, list[str]], repeats: int) -> None:
         )
 
 
+def telemetry_cpu(n: int = 200_000) -> None:
+    """The telemetry's own CPU per batch (the loop's meter and three stages, as a batch-mode batch
+    counts them) and per sample (sample mode's meter), on and off: best of 5 loops of ``n``. On a
+    loaded machine this resolves what the rows' wall times cannot."""
+    from torch_tfrecord.data.telemetry import ENV_VAR, Telemetry
+    from torch_tfrecord.support.stages import DECODE, HANDOFF, READ, begin, end, lap
+
+    def batches(meter: Any) -> float:
+        start = time.process_time()
+        for _ in range(n):
+            meter.asked()
+            token = lap(READ, begin(), 4096)
+            end(DECODE, token, BATCH)
+            end(HANDOFF, begin())
+            meter.ready()
+        return (time.process_time() - start) / n
+
+    def samples(meter: Any) -> float:
+        start = time.process_time()
+        for _ in range(n):
+            meter.asked()
+            meter.ready()
+        return (time.process_time() - start) / n
+
+    for mode in ("on", "off"):
+        os.environ[ENV_VAR] = "1" if mode == "on" else "0"
+        telemetry = Telemetry()
+        batch = min(batches(telemetry.meter(None)) for _ in range(5))
+        sample = min(samples(telemetry.meter(BATCH)) for _ in range(5))
+        print(f"telemetry {mode:3}: {1e9 * batch:6,.0f} ns CPU a batch, {1e9 * sample:4,.0f} ns a sample")
+    del os.environ[ENV_VAR]
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's ended children (DataLoader workers, once joined)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -429,6 +463,7 @@ def main() -> None:
             if not os.path.exists(tt.default_index_path(path)):
                 tt.save_index(tt.build_index(path), tt.default_index_path(path))
     if args.telemetry:
+        telemetry_cpu()
         telemetry_overhead(datasets, args.repeats)
         return
     for name, paths in datasets.items():
