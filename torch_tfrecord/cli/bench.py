@@ -15,17 +15,19 @@ from .options import add_command, add_storage_options, storage_options
 
 __all__ = ["add_bench_command"]
 
+_HELP = (
+    "load a dataset alone for a few seconds, with no training step, and print where the time goes "
+    "(the table of dataset.stats(): records/s, each stage per batch, the bottleneck)"
+)
+_EXAMPLES = (
+    "torch-tfrecord bench 'data/train-*.tfrecord' --workers 4 --batch-size 256\n"
+    'torch-tfrecord bench data/ --spec \'{"label": "int"}\' --trace load.json'
+)
+
 
 def add_bench_command(commands: Any) -> list[argparse.ArgumentParser]:
     """Adds ``bench`` to ``commands``; returns its parser."""
-    bench = add_command(
-        commands,
-        "bench",
-        "load a dataset alone for a few seconds, with no training step, and print where the time goes "
-        "(the table of dataset.stats(): records/s, each stage per batch, the bottleneck)",
-        "torch-tfrecord bench 'data/train-*.tfrecord' --workers 4 --batch-size 256\n"
-        'torch-tfrecord bench data/ --spec \'{"label": "int"}\' --trace load.json',
-    )
+    bench = add_command(commands, "bench", _HELP, _EXAMPLES)
     bench.add_argument("sources", nargs="+", help="data files, globs, directories or URLs")
     bench.add_argument("--workers", type=int, default=0, help="DataLoader workers (default: 0)")
     bench.add_argument("--batch-size", type=int, default=256, help="records per batch (default: 256)")
