@@ -77,7 +77,9 @@ def s3() -> Iterator[tuple[str, int]]:
         options = s3_options(endpoint)
         fs = fsspec.filesystem("s3", **options)
         fs.mkdir("bucket")
-        with tt.ShardedWriter("s3://bucket/c/train", max_records=SHARD, storage_options=options) as writer:
+        with tt.ShardedExampleWriter(
+            "s3://bucket/c/train", max_records=SHARD, storage_options=options
+        ) as writer:
             for record in _records():
                 writer.write(record)
         data = sum(fs.size(p) for p in fs.glob("bucket/c/*.tfrecord"))
@@ -254,7 +256,7 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
 
     endpoint, _ = s3
     options = s3_options(endpoint)
-    with tt.ShardedWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
+    with tt.ShardedExampleWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
         for i in _EQUAL_IDS:
             writer.write({"id": i, "blob": bytes([i % 251]) * 1000})
     sizes = {fsspec.filesystem("s3", **options).size(p) for p in writer.shard_paths}
@@ -555,7 +557,9 @@ def test_gcs_shards_cached_and_a_new_generation_fetched_again(tmp_path: Path) ->
     with gcs_emulator() as endpoint, FaultProxy(endpoint) as proxy:
         direct = {"endpoint_url": endpoint, "token": "anon", "project": "test"}
         fsspec.filesystem("gs", **direct).mkdir("bucket")
-        with tt.ShardedWriter("gs://bucket/g/train", max_records=500, storage_options=direct) as writer:
+        with tt.ShardedExampleWriter(
+            "gs://bucket/g/train", max_records=500, storage_options=direct
+        ) as writer:
             for record in _records():
                 writer.write(record)
         options = {**direct, "endpoint_url": proxy.url, "skip_instance_cache": True}
@@ -575,7 +579,9 @@ def test_gcs_shards_cached_and_a_new_generation_fetched_again(tmp_path: Path) ->
             else:
                 assert fetched == 0
         old = [file_version(remote.file_info(path, direct)) for path in ds.files.paths]
-        with tt.ShardedWriter("gs://bucket/g/train", max_records=500, storage_options=direct) as writer:
+        with tt.ShardedExampleWriter(
+            "gs://bucket/g/train", max_records=500, storage_options=direct
+        ) as writer:
             for record in _records(salt=3):  # other bytes, the same sizes: new generations
                 writer.write(record)
         assert all(

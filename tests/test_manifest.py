@@ -26,7 +26,7 @@ SPEC = {"id": tt.FixedLen((), torch.int64)}
 
 
 def _write(prefix: Path | str, shards: int = 4, per_shard: int = 25, **options: Any) -> list[str]:
-    with tt.ShardedWriter(str(prefix), max_records=per_shard, **options) as writer:
+    with tt.ShardedExampleWriter(str(prefix), max_records=per_shard, **options) as writer:
         for i in range(shards * per_shard):
             writer.write({"id": i, "pad": b"x" * (i % 17)})
     return writer.shard_paths

@@ -28,7 +28,7 @@ from .codec.spec import Image as Image
 from .codec.spec import RawTensor as RawTensor
 from .codec.spec import VarLen as VarLen
 from .codec.writer import ExampleWriter as ExampleWriter
-from .codec.writer import ShardedWriter as ShardedWriter
+from .codec.writer import ShardedExampleWriter as ShardedExampleWriter
 from .convert.dataset import write_dataset as write_dataset
 from .convert.parquet import from_parquet as from_parquet
 from .convert.parquet import to_parquet as to_parquet
