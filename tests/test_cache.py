@@ -36,7 +36,10 @@ import torch_tfrecord as tt
 from torch_tfrecord.data.cache_plan import shard_uses
 from torch_tfrecord.data.order import EpochPlan, WorkerSlice
 from torch_tfrecord.records import remote
+from torch_tfrecord.records.remote import cache as cache_module
+from torch_tfrecord.records.remote import cache_entries as cache_entries_module
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key, parse_size
+from torch_tfrecord.records.remote.cache_dir import read_small
 from torch_tfrecord.records.remote.cached import CachedFile, download, file_version
 from torch_tfrecord.records.remote.eviction import choose_victims, next_use
 
@@ -155,6 +158,35 @@ def test_the_limit_holds_while_downloads_are_reserved(tmp_path: Path) -> None:
     assert cache.lookup("s3://b/two", 60, "v2") is None and cache.entries() == []
     # A reservation whose downloader died (its lock free) is no reservation.
     assert cache.reserve("s3://b/one", 60, "v1") and cache.reserve("s3://b/two", 60, "v1")
+
+
+@pytest.mark.parametrize("limit", [None, "1GB"])
+def test_a_reservation_reads_no_entrys_metadata_while_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str | None
+) -> None:
+    # Reading every entry's metadata at every reservation made a node caching 2,000 shards spend
+    # minutes reserving (quadratic); with room, a reservation reads a fixed number of small files.
+    cache = ShardCache(tmp_path, limit)
+
+    def add(url: str) -> None:
+        assert cache.reserve(url, 10, "v1")
+        Path(cache.part_path(cache_key(url))).write_bytes(b"x" * 10)
+        cache.commit(cache_key(url))
+
+    for i in range(300):
+        add(f"s3://b/s{i}")
+    reads: list[str] = []
+
+    def counted(path: str, *args: Any) -> bytes | None:
+        reads.append(path)
+        return read_small(path, *args)
+
+    monkeypatch.setattr(cache_module, "read_small", counted)
+    monkeypatch.setattr(cache_entries_module, "read_small", counted)
+    for i in range(20):
+        add(f"s3://b/new{i}")
+    assert len(reads) <= 20 * 3, reads[:10]  # cache.json and the downloads under way (here: none)
+    assert cache.usage() == 320 * 10
 
 
 def test_leftovers_of_dead_processes_are_removed_at_open(tmp_path: Path) -> None:
