@@ -17,8 +17,8 @@ each image to 224x224 and makes batches of 32:
   pass of its faster mode over all rounds (its median is printed too).
 
 Rounds are interleaved (every pipeline once per round, both data sets); ours are medians over
-rounds, set against TensorFlow's best, in images/s and in images per CPU second (this process
-and its reaped workers; TensorFlow's process).
+rounds (their best in brackets), set against TensorFlow's best, in images/s and in images per CPU
+second (this process and its reaped workers; TensorFlow's process).
 
 With --codec-only, only the region decodes are timed (no dataset, no resize), ms per image of CPU
 time on one thread, best of --rounds: the random crops of 64 JPEGs of each data set and of a
@@ -124,7 +124,8 @@ def report(
         f"{os.cpu_count()} cores, {args.rounds} interleaved rounds "
         f"(TensorFlow: {args.tf_passes} passes per process and round)\n"
     )
-    print("| data | pipeline | images/s | x TF's best | images per CPU second | x TF's best per CPU second |")
+    columns = "images/s, median (best) | x TF's best | per CPU second, median (best) | x TF's best per CPU s"
+    print(f"| data | pipeline | {columns} |")
     print("|---|---|---|---|---|---|")
     for data, paths in shards.items():
         kb = sum(os.path.getsize(path) for path in paths) / args.images / 1e3
@@ -136,9 +137,11 @@ def report(
             if of != data or name in TF_MODES:
                 continue
             wall, per_cpu = statistics.median(values), statistics.median(cpu_rates[(of, name)])
-            versus = f"{wall / tf_best:.2f}" if tf_best else ""
-            versus_cpu = f"{per_cpu / tf_cpu:.2f}" if tf_cpu else ""
-            print(f"| {data}, ~{kb:.0f} KB | {name} | {wall:.0f} | {versus} | {per_cpu:.0f} | {versus_cpu} |")
+            best_wall, best_cpu = max(values), max(cpu_rates[(of, name)])
+            versus = f"{wall / tf_best:.2f} ({best_wall / tf_best:.2f})" if tf_best else ""
+            versus_cpu = f"{per_cpu / tf_cpu:.2f} ({best_cpu / tf_cpu:.2f})" if tf_cpu else ""
+            rates_of = f"{wall:.0f} ({best_wall:.0f}) | {versus} | {per_cpu:.0f} ({best_cpu:.0f})"
+            print(f"| {data}, ~{kb:.0f} KB | {name} | {rates_of} | {versus_cpu} |")
         for mode, values in tf.items():
             best = " (TF's best: its fastest pass)" if mode == best_mode else ""
             cpu = cpu_rates[(data, mode)]
