@@ -18,13 +18,13 @@ from .codec.encode import FloatList as FloatList
 from .codec.encode import Int64List as Int64List
 from .codec.encode import encode_example as encode_example
 from .codec.encode import encode_sequence_example as encode_sequence_example
+from .codec.image_spec import Image as Image
 from .codec.ragged import Ragged as Ragged
 from .codec.rows import split_batch as split_batch
 from .codec.schema import infer_spec as infer_spec
 from .codec.selection import RowList as RowList
 from .codec.spec import FixedLen as FixedLen
 from .codec.spec import FixedLenSequence as FixedLenSequence
-from .codec.spec import Image as Image
 from .codec.spec import RawTensor as RawTensor
 from .codec.spec import VarLen as VarLen
 from .codec.writer import ExampleWriter as ExampleWriter
