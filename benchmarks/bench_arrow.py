@@ -95,7 +95,7 @@ def make_shards(directory: str, records: int) -> list[str]:
         for s in _pool()
     ]
     per_shard = -(-records // SHARDS)
-    with tt.ShardedWriter(os.path.join(directory, "data", "data"), max_records=per_shard) as writer:
+    with tt.ShardedExampleWriter(os.path.join(directory, "data", "data"), max_records=per_shard) as writer:
         for i in range(records):
             writer.write(encoded[i % POOL])
     open(marker, "w").close()

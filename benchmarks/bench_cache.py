@@ -146,7 +146,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as root:
         rng = torch.Generator().manual_seed(0)
-        with tt.ShardedWriter(os.path.join(root, "train"), max_records=PER_SHARD) as writer:
+        with tt.ShardedExampleWriter(os.path.join(root, "train"), max_records=PER_SHARD) as writer:
             for i in range(SHARDS * PER_SHARD):
                 writer.write(
                     {"label": i, "data": bytes(torch.randint(0, 256, (230,), generator=rng).tolist())}

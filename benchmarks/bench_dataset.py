@@ -188,7 +188,7 @@ def make_vs_tf_data(directory: str, name: str) -> list[str]:
     paths = [f"{prefix}-{shard:05d}-of-00004.tfrecord" for shard in range(4)]
     if not all(os.path.exists(tt.default_index_path(path)) for path in paths):
         rng = np.random.default_rng(0)
-        with tt.ShardedWriter(prefix, max_records=20_000) as writer:
+        with tt.ShardedExampleWriter(prefix, max_records=20_000) as writer:
             for i in range(80_000):
                 features: dict[str, Any] = {"label": i, "score": float(rng.random())}
                 if name == "4KB":

@@ -70,7 +70,9 @@ def make_dataset(directory: str, name: str) -> list[str]:
     if len(existing) == SHARDS:
         return existing
     rng = np.random.default_rng(0)
-    with tt.ShardedWriter(os.path.join(directory, f"ex-{name}"), max_records=RECORDS_PER_SHARD) as writer:
+    with tt.ShardedExampleWriter(
+        os.path.join(directory, f"ex-{name}"), max_records=RECORDS_PER_SHARD
+    ) as writer:
         for i in range(SHARDS * RECORDS_PER_SHARD):
             writer.write(example_features(name, i, rng))
     return writer.shard_paths

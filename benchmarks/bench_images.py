@@ -68,7 +68,7 @@ BATCH = 32
 SIZE = 224
 
 
-def photo(seed: int, width: int = 640, height: int = 480) -> bytes:
+def photo(seed: int, width: int = 640, height: int = 480, quality: int = 85, noise: float = 10) -> bytes:
     """A JPEG that codecs treat like a photo: gradients, shapes, noise."""
     from PIL import Image
 
@@ -86,19 +86,19 @@ def photo(seed: int, width: int = 640, height: int = 480) -> bytes:
         cx, cy, radius = rng.uniform(0, width), rng.uniform(0, height), rng.uniform(20, 120)
         inside = (x - cx) ** 2 + (y - cy) ** 2 < radius**2
         image[inside] = image[inside] * 0.5 + rng.uniform(0, 255, 3) * 0.5
-    image += rng.normal(0, 10, image.shape)
+    image += rng.normal(0, noise, image.shape)
     buffer = io.BytesIO()
-    Image.fromarray(image.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=85)
+    Image.fromarray(image.clip(0, 255).astype(np.uint8)).save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()
 
 
-def make_data(root: str, count: int) -> tuple[str, list[str]]:
+def make_data(root: str, count: int, quality: int = 85, noise: float = 10) -> tuple[str, list[str]]:
     folder, out = os.path.join(root, "photos"), os.path.join(root, "records")
     if not os.path.isdir(out):
         for i in range(count):
             os.makedirs(os.path.join(folder, f"class{i % 10}"), exist_ok=True)
             with open(os.path.join(folder, f"class{i % 10}", f"{i:05d}.jpg"), "wb") as file:
-                file.write(photo(i))
+                file.write(photo(i, quality=quality, noise=noise))
         subprocess.run(
             [
                 sys.executable,

@@ -59,7 +59,7 @@ def make_dataset(directory: str, name: str) -> list[str]:
     if len(existing) == SHARDS:
         return existing
     rng = np.random.default_rng(0)
-    with tt.ShardedWriter(os.path.join(directory, name), max_records=RECORDS[name]) as writer:
+    with tt.ShardedExampleWriter(os.path.join(directory, name), max_records=RECORDS[name]) as writer:
         for i in range(SHARDS * RECORDS[name]):
             writer.write(example_features(name, i, rng))
     return writer.shard_paths

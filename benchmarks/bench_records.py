@@ -37,7 +37,7 @@ def make_dataset(directory: str, name: str, mean_size: int, seed: int, shards: i
         return existing
     rng = np.random.default_rng(seed)
     blob = rng.bytes(mean_size * 4)
-    with tt.ShardedWriter(os.path.join(directory, name), max_records=RECORDS_PER_SHARD) as writer:
+    with tt.ShardedExampleWriter(os.path.join(directory, name), max_records=RECORDS_PER_SHARD) as writer:
         sizes = rng.integers(mean_size // 2, mean_size * 3 // 2, shards * RECORDS_PER_SHARD)
         starts = rng.integers(0, mean_size * 2, len(sizes))
         for start, size in zip(starts.tolist(), sizes.tolist()):

@@ -37,7 +37,7 @@ SPEC = {"label": tt.FixedLen((), torch.int64), "data": tt.FixedLen((), bytes)}
 
 def write(prefix: str, storage_options: dict[str, Any] | None = None) -> None:
     rng = torch.Generator().manual_seed(0)
-    with tt.ShardedWriter(prefix, max_records=PER_SHARD, storage_options=storage_options) as writer:
+    with tt.ShardedExampleWriter(prefix, max_records=PER_SHARD, storage_options=storage_options) as writer:
         for i in range(SHARDS * PER_SHARD):
             data = bytes(torch.randint(0, 256, (1000,), generator=rng, dtype=torch.uint8).tolist())
             writer.write({"label": i, "data": tt.BytesList([data])})

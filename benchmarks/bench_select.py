@@ -101,7 +101,9 @@ def _scan_data(directory: str) -> list[str]:
         return paths
     os.makedirs(folder, exist_ok=True)
     rng = np.random.default_rng(0)
-    with tt.ShardedWriter(os.path.join(folder, "scan"), max_records=SCAN_RECORDS // SCAN_SHARDS) as writer:
+    with tt.ShardedExampleWriter(
+        os.path.join(folder, "scan"), max_records=SCAN_RECORDS // SCAN_SHARDS
+    ) as writer:
         for i in range(SCAN_RECORDS):
             writer.write(example_features("small", i, rng))
     return writer.shard_paths

@@ -1,6 +1,6 @@
 """Start-up at scale: how long a rank takes, and how many requests it sends, before its first batch.
 
-Shards of 50 small Examples each (written by tt.ShardedWriter, so each has its .idx, and the
+Shards of 50 small Examples each (written by tt.ShardedExampleWriter, so each has its .idx, and the
 dataset its manifest) are put on an S3-compatible server on 127.0.0.1 (moto, started here) behind a
 counting proxy that adds a latency to every request, as an object store's time to first byte does
 (20 ms by default). For each configuration a fresh process builds
@@ -52,7 +52,7 @@ print(json.dumps({"built": built, "first": time.perf_counter() - start}))
 def write_shards(folder: str, shards: int) -> None:
     import torch_tfrecord as tt
 
-    with tt.ShardedWriter(os.path.join(folder, "train"), max_records=PER_SHARD) as writer:
+    with tt.ShardedExampleWriter(os.path.join(folder, "train"), max_records=PER_SHARD) as writer:
         for i in range(shards * PER_SHARD):
             writer.write({"id": i})
 

@@ -38,7 +38,7 @@ def _jitter(batch: dict[str, Any]) -> dict[str, Any]:
 
 def run(epochs: int, records: int, workers: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as name:
-        with tt.ShardedWriter(Path(name) / "soak", max_records=records // 4) as writer:
+        with tt.ShardedExampleWriter(Path(name) / "soak", max_records=records // 4) as writer:
             for i in range(records):
                 writer.write({"label": i % 10, "x": tt.FloatList([i / records] * 16), "blob": [bytes(1024)]})
         spec = {

@@ -36,7 +36,10 @@ import torch_tfrecord as tt
 from torch_tfrecord.data.cache_plan import shard_uses
 from torch_tfrecord.data.order import EpochPlan, WorkerSlice
 from torch_tfrecord.records import remote
+from torch_tfrecord.records.remote import cache as cache_module
+from torch_tfrecord.records.remote import cache_entries as cache_entries_module
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key, parse_size
+from torch_tfrecord.records.remote.cache_dir import read_small
 from torch_tfrecord.records.remote.cached import CachedFile, download, file_version
 from torch_tfrecord.records.remote.eviction import choose_victims, next_use
 
@@ -77,7 +80,9 @@ def s3() -> Iterator[tuple[str, int]]:
         options = s3_options(endpoint)
         fs = fsspec.filesystem("s3", **options)
         fs.mkdir("bucket")
-        with tt.ShardedWriter("s3://bucket/c/train", max_records=SHARD, storage_options=options) as writer:
+        with tt.ShardedExampleWriter(
+            "s3://bucket/c/train", max_records=SHARD, storage_options=options
+        ) as writer:
             for record in _records():
                 writer.write(record)
         data = sum(fs.size(p) for p in fs.glob("bucket/c/*.tfrecord"))
@@ -153,6 +158,35 @@ def test_the_limit_holds_while_downloads_are_reserved(tmp_path: Path) -> None:
     assert cache.lookup("s3://b/two", 60, "v2") is None and cache.entries() == []
     # A reservation whose downloader died (its lock free) is no reservation.
     assert cache.reserve("s3://b/one", 60, "v1") and cache.reserve("s3://b/two", 60, "v1")
+
+
+@pytest.mark.parametrize("limit", [None, "1GB"])
+def test_a_reservation_reads_no_entrys_metadata_while_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: str | None
+) -> None:
+    # Reading every entry's metadata at every reservation made a node caching 2,000 shards spend
+    # minutes reserving (quadratic); with room, a reservation reads a fixed number of small files.
+    cache = ShardCache(tmp_path, limit)
+
+    def add(url: str) -> None:
+        assert cache.reserve(url, 10, "v1")
+        Path(cache.part_path(cache_key(url))).write_bytes(b"x" * 10)
+        cache.commit(cache_key(url))
+
+    for i in range(300):
+        add(f"s3://b/s{i}")
+    reads: list[str] = []
+
+    def counted(path: str, *args: Any) -> bytes | None:
+        reads.append(path)
+        return read_small(path, *args)
+
+    monkeypatch.setattr(cache_module, "read_small", counted)
+    monkeypatch.setattr(cache_entries_module, "read_small", counted)
+    for i in range(20):
+        add(f"s3://b/new{i}")
+    assert len(reads) <= 20 * 3, reads[:10]  # cache.json and the downloads under way (here: none)
+    assert cache.usage() == 320 * 10
 
 
 def test_leftovers_of_dead_processes_are_removed_at_open(tmp_path: Path) -> None:
@@ -254,7 +288,7 @@ def test_a_quarter_of_the_data_in_the_cache_serves_a_fifth_of_the_next_epoch(
 
     endpoint, _ = s3
     options = s3_options(endpoint)
-    with tt.ShardedWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
+    with tt.ShardedExampleWriter("s3://bucket/q/train", max_records=100, storage_options=options) as writer:
         for i in _EQUAL_IDS:
             writer.write({"id": i, "blob": bytes([i % 251]) * 1000})
     sizes = {fsspec.filesystem("s3", **options).size(p) for p in writer.shard_paths}
@@ -555,7 +589,9 @@ def test_gcs_shards_cached_and_a_new_generation_fetched_again(tmp_path: Path) ->
     with gcs_emulator() as endpoint, FaultProxy(endpoint) as proxy:
         direct = {"endpoint_url": endpoint, "token": "anon", "project": "test"}
         fsspec.filesystem("gs", **direct).mkdir("bucket")
-        with tt.ShardedWriter("gs://bucket/g/train", max_records=500, storage_options=direct) as writer:
+        with tt.ShardedExampleWriter(
+            "gs://bucket/g/train", max_records=500, storage_options=direct
+        ) as writer:
             for record in _records():
                 writer.write(record)
         options = {**direct, "endpoint_url": proxy.url, "skip_instance_cache": True}
@@ -575,7 +611,9 @@ def test_gcs_shards_cached_and_a_new_generation_fetched_again(tmp_path: Path) ->
             else:
                 assert fetched == 0
         old = [file_version(remote.file_info(path, direct)) for path in ds.files.paths]
-        with tt.ShardedWriter("gs://bucket/g/train", max_records=500, storage_options=direct) as writer:
+        with tt.ShardedExampleWriter(
+            "gs://bucket/g/train", max_records=500, storage_options=direct
+        ) as writer:
             for record in _records(salt=3):  # other bytes, the same sizes: new generations
                 writer.write(record)
         assert all(

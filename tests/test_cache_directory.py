@@ -230,7 +230,7 @@ def test_one_limit_per_directory(tmp_path: Path, capsys: pytest.CaptureFixture[s
 def test_a_read_only_directory_reads_without_the_cache_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with tt.ShardedWriter("memory://ro/train", max_records=50) as writer:
+    with tt.ShardedExampleWriter("memory://ro/train", max_records=50) as writer:
         for i in range(100):
             writer.write({"id": i, "blob": b"b" * 100})
     with _read_only(tmp_path / "ro") as directory, caplog.at_level(logging.WARNING):
@@ -279,7 +279,7 @@ def test_a_write_that_fails_degrades_the_cache(tmp_path: Path, monkeypatch: pyte
 def test_a_poisoned_copy_with_the_right_size_and_version_is_fetched_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with tt.ShardedWriter("memory://poison/train", max_records=100) as writer:
+    with tt.ShardedExampleWriter("memory://poison/train", max_records=100) as writer:
         for i in range(100):
             writer.write({"id": i, "blob": bytes([i]) * 200})
     url = "memory://poison/train-00000-of-00001.tfrecord"

@@ -16,7 +16,7 @@ pytest.importorskip("fsspec")
 
 @pytest.fixture
 def cache_dir(tmp_path: Path) -> Path:
-    with tt.ShardedWriter("memory://cli-cache/train", max_records=100) as writer:
+    with tt.ShardedExampleWriter("memory://cli-cache/train", max_records=100) as writer:
         for i in range(300):
             writer.write({"label": i})
     root = tmp_path / "cache"

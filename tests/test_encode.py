@@ -93,7 +93,7 @@ def test_writers_accept_dicts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     with tt.ExampleWriter(tmp_path / "a.tfrecord") as writer:
         writer.write({"label": 1})
         writer.write(tt.encode_example({"label": 2}))
-    with tt.ShardedWriter(tmp_path / "s", max_records=1) as sharded:
+    with tt.ShardedExampleWriter(tmp_path / "s", max_records=1) as sharded:
         sharded.write({"label": 3})
         sharded.write({"label": 4})
     records = list(tt.read_records(tmp_path / "a.tfrecord")) + [

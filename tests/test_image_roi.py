@@ -4,6 +4,7 @@ call per batch with the GIL released, and libjpeg's errors as the image path's e
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 import threading
@@ -38,12 +39,15 @@ def photo(
     subsampling: int = 2,
     progressive: bool = False,
     grey: bool = False,
+    restart: bool = False,
 ) -> bytes:
-    """A COCO-sized photo-like JPEG (test_imagecodec's gradients, discs and noise) encoded as asked."""
+    """A COCO-sized photo-like JPEG (test_imagecodec's gradients, discs and noise) encoded as asked
+    (``restart``: a restart marker after every MCU row)."""
     pil = PIL.open(io.BytesIO(imagecodec_photo(seed, width, height, fmt="PNG")))
     buffer = io.BytesIO()
+    options = {"restart_marker_rows": 1} if restart else {}
     (pil.convert("L") if grey else pil).save(
-        buffer, format="JPEG", quality=85, subsampling=subsampling, progressive=progressive
+        buffer, format="JPEG", quality=85, subsampling=subsampling, progressive=progressive, **options
     )
     return buffer.getvalue()
 
@@ -276,3 +280,117 @@ def test_fast_crops_are_tensorflows_decode_and_crop() -> None:
         exact += torch.equal(got, expected)
         close += 1
     assert exact >= close - 3
+
+
+# ---- verify: crops stop after their last row (as decode_and_crop_jpeg), or check the whole file ----
+
+KINDS = {  # every kind of JPEG these tests make, as photo()'s arguments
+    "4:2:0": {},
+    "4:2:2": {"subsampling": 1},
+    "4:4:4": {"subsampling": 0},
+    "grey": {"grey": True},
+    "progressive": {"progressive": True},
+    "restart markers": {"restart": True},
+}
+
+
+def damaged(data: bytes, fraction: float, damage: str) -> bytes:
+    """``data`` damaged ``fraction`` of the way through its (first) scan's entropy-coded bytes:
+    ``"cut"`` ends the file there (a download cut short), ``"marker"`` puts an end-of-image
+    marker there (a stream that goes wrong). Both are errors libjpeg always reports (a bad
+    Huffman code is not: libjpeg-turbo's fast path decodes it to zeros without a warning)."""
+    sos = data.find(b"\xff\xda")
+    start = sos + 2 + int.from_bytes(data[sos + 2 : sos + 4], "big")
+    at = start + int((data.rfind(b"\xff\xd9") - start) * fraction)
+    while data[at - 1] == 0xFF or data[at] == 0xFF:  # not inside a stuffed byte or a restart marker
+        at += 1
+    return data[:at] if damage == "cut" else data[:at] + b"\xff\xd9" + data[at:]
+
+
+def both(data: bytes, region: image_roi.Region, grey: bool, fast: bool = False) -> list[object]:
+    """The region decoded with verify_full True, then False (``fast``: decode_and_crop_jpeg's pixels)."""
+    results: list[object] = []
+    for verify_full in (True, False):
+        [result] = image_roi.decode_regions([data], [region], grey, fast, 1, fast, None, None, verify_full)
+        assert result is not None
+        results.append(result)
+    return results
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_stopping_at_the_crop_keeps_the_pixels(kind: str) -> None:
+    """Intact JPEGs: the same regions (every DCT scale, boxes anywhere, TensorFlow's crop too)
+    whether the decode stops after the region or reads the whole file."""
+    rng = random.Random(kind)
+    grey = kind == "grey"
+    for case in range(12):
+        width, height = rng.choice([(640, 480), (333, 217), (480, 640)])
+        data = photo(case, width, height, **KINDS[kind])  # type: ignore[arg-type]
+        h, w = rng.randint(1, height), rng.randint(1, width)
+        top, left = rng.choice([0, rng.randint(0, height - h)]), rng.randint(0, width - w)
+        need = (rng.randint(1, height), rng.randint(1, width)) if case % 2 else (height, width)
+        fast = case % 3 == 0
+        full, stopped = both(data, (top, left, h, w, *need), grey, fast)
+        assert isinstance(full, torch.Tensor) and torch.equal(full, stopped), (kind, case, (top, left, h, w))
+
+
+@pytest.mark.parametrize("dct", ["accurate", "fast"])
+@pytest.mark.parametrize("crop", ["center", "random"])
+def test_verify_full_batches_have_the_same_pixels(crop: str, dct: str) -> None:
+    """tt.Image(verify="full") and the default give the same batches, of every kind of JPEG, and
+    those of the path without the extension (which decodes each JPEG whole)."""
+    encoded = [photo(i, 320, 240 + 16 * i, **KINDS[kind]) for i, kind in enumerate(KINDS)]  # type: ignore[arg-type]
+    batches = []
+    for verify in ("crop", "full"):
+        spec = tt.Image(size=(64, 96), crop=crop, dct=dct, verify=verify)  # type: ignore[arg-type]
+        with image_batch.seeded(4, list(range(len(encoded)))):
+            batches.append(image_batch.decode_images(encoded, spec))
+    assert torch.equal(batches[0], batches[1])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(image_roi, "compiled", None)
+        with image_batch.seeded(4, list(range(len(encoded)))):
+            assert torch.equal(batches[0], image_batch.decode_images(encoded, spec))
+
+
+@pytest.mark.parametrize("damage", ["cut", "marker"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_damage_below_the_crop(kind: str, damage: str) -> None:
+    """Damage below a crop (its rows' data and the next iMCU row's decoded, the rest not): an
+    error with verify_full, the crop's intact pixels without it, as decode_and_crop_jpeg gives;
+    a progressive JPEG's every scan holds every row, so it fails either way."""
+    grey = kind == "grey"
+    for seed, fraction in ((0, 0.8), (1, 0.999)):
+        data = photo(seed, **KINDS[kind])  # type: ignore[arg-type]
+        bad = damaged(data, fraction, damage)
+        for region, fast in (((0, 100, 120, 200, 480, 640), False), ((40, 0, 100, 640, 60, 80), True)):
+            [intact] = image_roi.decode_regions([data], [region], grey, fast, 1, fast)
+            full, stopped = both(bad, region, grey, fast)
+            assert isinstance(full, ValueError) and "JPEG" in str(full), (kind, seed, region, full)
+            if kind == "progressive":
+                assert isinstance(stopped, ValueError), (seed, region)
+            else:
+                assert isinstance(stopped, torch.Tensor) and torch.equal(stopped, intact), (seed, region)
+
+
+@pytest.mark.parametrize("damage", ["cut", "marker"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_damage_inside_or_above_the_crop_fails_either_way(kind: str, damage: str) -> None:
+    grey = kind == "grey"
+    data = photo(2, **KINDS[kind])  # type: ignore[arg-type]
+    for fraction, region in ((0.5, (200, 0, 80, 640, 480, 640)), (0.1, (300, 50, 100, 300, 60, 80))):
+        for result in both(damaged(data, fraction, damage), region, grey):  # type: ignore[arg-type]
+            assert isinstance(result, ValueError) and "JPEG" in str(result), (kind, fraction, result)
+
+
+def test_a_batch_with_a_jpeg_damaged_below_its_crop() -> None:
+    """Through tt.Image: a center crop (rows 160-320 of 480) of a JPEG cut at 90% of its data
+    decodes to the intact crop by default; verify="full" names the image, as a whole decode."""
+    encoded = [photo(i) for i in range(3)]
+    cut = damaged(encoded[1], 0.9, "cut")
+    spec = tt.Image(size=(64, 256), crop="center")
+    assert image_batch.crop_box(480, 640, spec) == (160, 0, 160, 640)
+    intact = image_batch.decode_images(encoded, spec)
+    assert torch.equal(image_batch.decode_images([encoded[0], cut, encoded[2]], spec), intact)
+    with pytest.raises(image_batch.UndecodableImage) as failure:
+        image_batch.decode_images([encoded[0], cut, encoded[2]], dataclasses.replace(spec, verify="full"))
+    assert failure.value.index == 1 and "JPEG" in str(failure.value.cause)

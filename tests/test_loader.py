@@ -77,7 +77,7 @@ def test_a_batch_of_bytes_columns_is_copied_not_shared() -> None:
 
 
 def _bytes_shards(tmp_path: Path) -> list[str]:
-    with tt.ShardedWriter(str(tmp_path / "b"), max_records=25) as writer:
+    with tt.ShardedExampleWriter(str(tmp_path / "b"), max_records=25) as writer:
         for i in range(50):
             writer.write({"data": bytes([i]) * (i + 1), "label": i})
     return writer.shard_paths

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_tfrecord as tt
+from torch_tfrecord.data import manifest_files as manifest_files_module
 from torch_tfrecord.records import manifest as manifest_module
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.manifest import decode_manifest, read_manifest
@@ -26,7 +27,7 @@ SPEC = {"id": tt.FixedLen((), torch.int64)}
 
 
 def _write(prefix: Path | str, shards: int = 4, per_shard: int = 25, **options: Any) -> list[str]:
-    with tt.ShardedWriter(str(prefix), max_records=per_shard, **options) as writer:
+    with tt.ShardedExampleWriter(str(prefix), max_records=per_shard, **options) as writer:
         for i in range(shards * per_shard):
             writer.write({"id": i, "pad": b"x" * (i % 17)})
     return writer.shard_paths
@@ -78,15 +79,23 @@ def test_a_stale_manifest_names_the_shard(tmp_path: Path, monkeypatch: pytest.Mo
         handle.write(b"\0" * 16)
     with pytest.raises(tt.StaleIndexError, match=r"train-00002-of-00004.*train\.manifest\.json"):
         tt.TFRecordDataset(str(tmp_path / "train.manifest.json"), spec=SPEC)
-    # Remote, without tables: found when the shard's index is fetched, or when it is first opened.
+    # Remote, without tables: found in the listing of the manifest's folder when the dataset is
+    # built; beyond LISTED_CHECK_SHARDS, when the shard's index is fetched or it is first opened.
     monkeypatch.setattr(manifest_module, "TABLES_LIMIT", 0)
     urls = _write("memory://stale/train")
     remote.write_bytes(urls[1], remote.read_bytes(urls[1]) + b"\0" * 16)
-    dataset = tt.TFRecordDataset(
-        "memory://stale/train.manifest.json", spec=SPEC, batch_size=5, shuffle=False, cache_dir=False
-    )
+    named = "memory://stale/train.manifest.json"
+    with pytest.raises(tt.StaleIndexError, match=r"train-00001-of-00004.*manifest"):
+        tt.TFRecordDataset(named, spec=SPEC, batch_size=5, shuffle=False, cache_dir=False)
+    monkeypatch.setattr(manifest_files_module, "LISTED_CHECK_SHARDS", 0)
+    dataset = tt.TFRecordDataset(named, spec=SPEC, batch_size=5, shuffle=False, cache_dir=False)
     with pytest.raises(tt.StaleIndexError, match=r"train-00001-of-00004.*manifest"):
         _ids(dataset)
+    monkeypatch.setattr(manifest_files_module, "LISTED_CHECK_SHARDS", 10_000)
+    moved = _write("memory://moved/train")
+    remote.remove(moved[3])
+    with pytest.raises(tt.SourceNotFoundError, match=r"train-00003-of-00004.*does not exist"):
+        tt.TFRecordDataset("memory://moved/train.manifest.json", spec=SPEC, cache_dir=False)
 
 
 def test_a_manifest_of_other_data_or_a_bad_one_is_refused_clearly(tmp_path: Path) -> None:
@@ -175,8 +184,9 @@ def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_witho
             return _requests(proxy), dataset
 
         named, dataset = start("s3://bucket/d/train.manifest.json")
-        assert named <= 2, proxy.requests  # the manifest and its tables
+        assert named <= 3, proxy.requests  # the manifest, its tables, one listing of its folder
         assert sorted(_ids(dataset)) == expected
+        assert "HEAD" not in proxy.requests, proxy.requests  # no shard looked up: the listing vouched
         found, dataset = start("s3://bucket/d/train-*.tfrecord")
         assert found <= 3, proxy.requests  # one listing, the manifest found in it, its tables
         fs.rm("bucket/d/train.manifest.json")

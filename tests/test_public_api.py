@@ -24,7 +24,7 @@ PUBLIC = [
     "ExampleWriter", "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen",
     "FixedLenSequence", "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
     "LoadStats", "MissingFeatureError", "MixedDataset", "PackedDataset", "Ragged", "RawTensor", "ReadStats",
-    "RecordWriter", "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedWriter",
+    "RecordWriter", "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedExampleWriter",
     "SourceNotFoundError", "SpecError", "StaleIndexError", "TFRecordDataset", "TFRecordError",
     "TruncatedRecordError", "VarLen", "bucket", "build_compressed_index", "build_index", "check_index",
     "collate", "count_records", "decode_batch", "decode_example", "decode_sequence_batch",

@@ -106,7 +106,7 @@ def cluster() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     prefix = tmp_path_factory.mktemp("shards") / "train"
-    with tt.ShardedWriter(prefix, max_records=250) as writer:  # 250, 250, 100 records
+    with tt.ShardedExampleWriter(prefix, max_records=250) as writer:  # 250, 250, 100 records
         for i in range(N):
             writer.write(_features(i))
     return writer.shard_paths

@@ -52,7 +52,7 @@ def _records() -> Iterator[dict[str, Any]]:
 
 
 def _write(prefix: str, storage_options: dict[str, Any] | None = None) -> list[str]:
-    with tt.ShardedWriter(prefix, max_records=160, storage_options=storage_options) as writer:
+    with tt.ShardedExampleWriter(prefix, max_records=160, storage_options=storage_options) as writer:
         for record in _records():
             writer.write(record)
     return writer.shard_paths
@@ -237,7 +237,7 @@ def test_memory_writer_abort_leaves_nothing() -> None:
         raise RuntimeError("boom")
     with (
         pytest.raises(RuntimeError, match="boom"),
-        tt.ShardedWriter("memory://aborted/many", max_records=1) as sharded,
+        tt.ShardedExampleWriter("memory://aborted/many", max_records=1) as sharded,
     ):
         for _ in range(3):
             sharded.write(b"payload")
@@ -385,7 +385,7 @@ def test_s3_writer_abort_leaves_no_object_and_large_writes_go_multipart(
         raise RuntimeError("boom")
     with (
         pytest.raises(RuntimeError, match="boom"),
-        tt.ShardedWriter("s3://bucket/w/part", max_records=2, storage_options=options) as s,
+        tt.ShardedExampleWriter("s3://bucket/w/part", max_records=2, storage_options=options) as s,
     ):
         for i in range(5):
             s.write(bytes([i]) * 100)
@@ -536,7 +536,7 @@ def test_gcs_write_index_and_read_with_two_workers_match_local(
 def test_s3_empty_shard_reads_as_no_records(s3: tuple[str, dict[str, Any]]) -> None:
     # S3 answers any byte range of an empty object with 416: the first-bytes probe must not ask.
     _, options = s3
-    with tt.ShardedWriter("s3://bucket/empty/part", max_records=5, storage_options=options) as writer:
+    with tt.ShardedExampleWriter("s3://bucket/empty/part", max_records=5, storage_options=options) as writer:
         pass
     (path,) = writer.shard_paths
     assert list(tt.read_records(path, storage_options=options)) == []

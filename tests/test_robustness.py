@@ -370,6 +370,41 @@ def test_an_image_that_is_not_an_image(tmp_path: Path) -> None:
     )
 
 
+def _noisy_jpeg(seed: int) -> bytes:
+    from PIL import Image
+
+    pixels = torch.Generator().manual_seed(seed)
+    noise = torch.randint(0, 256, (240, 320, 3), dtype=torch.uint8, generator=pixels).numpy()
+    jpeg = io.BytesIO()
+    Image.fromarray(noise).save(jpeg, format="JPEG", quality=90)
+    return jpeg.getvalue()
+
+
+def test_a_jpeg_damaged_below_its_crop(tmp_path: Path) -> None:
+    """Cut at 90% of its bytes, below a center crop's rows (80-160 of 240): by default the decode
+    stops after the crop, as TensorFlow's decode_and_crop_jpeg does, and gives the crop's pixels;
+    ``verify="full"`` reads the whole file and fails the record, as a whole decode does."""
+    from torch_tfrecord.codec import image_roi
+
+    if not image_roi.available():
+        pytest.skip("the region decoder (the _jpeg extension) is not built: JPEGs decode whole")
+    pytest.importorskip("simplejpeg")  # the region decoder's pixels are simplejpeg's scaled decode's
+    jpegs = [_noisy_jpeg(i) for i in range(8)]
+    good = [tt.encode_example({"image": [jpeg]}) for jpeg in jpegs]
+    bad = tt.encode_example({"image": [jpegs[BAD_AT][: len(jpegs[BAD_AT]) * 9 // 10]]})
+    crop = tt.Image(size=(32, 128), crop="center")
+    full = tt.Image(size=(32, 128), crop="center", verify="full")
+    words = ("'image'", "Premature end of JPEG file")
+    _one_bad_record(tmp_path, bad, {"image": full}, tt.FeatureTypeError, *words, good=good)
+    damaged = tmp_path / "data.tfrecord"  # the same records, read with the default
+    intact = _indexed(tmp_path, good, "intact.tfrecord")
+    [expected], [got] = (
+        list(tt.TFRecordDataset(path, spec={"image": crop}, batch_size=8, shuffle=False))
+        for path in (intact, damaged)
+    )
+    assert torch.equal(got["image"], expected["image"])
+
+
 def test_matrix_is_documented() -> None:
     """Every test here is a row of docs/robustness.md, and every row names a test here."""
     doc = (Path(__file__).resolve().parent.parent / "docs" / "robustness.md").read_text()

@@ -172,7 +172,7 @@ def test_a_predicate_in_processes_selects_what_it_selects_here(shards: str, tmp_
 
 
 def test_a_manifest_a_records_files_part_and_compressed_shards(tmp_path: Path) -> None:
-    with tt.ShardedWriter(tmp_path / "m" / "train", max_records=40) as writer:
+    with tt.ShardedExampleWriter(tmp_path / "m" / "train", max_records=40) as writer:
         for number in range(100):
             writer.write(_record(number))
     manifest = next((tmp_path / "m").glob("*.manifest.json"))

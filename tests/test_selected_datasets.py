@@ -334,7 +334,9 @@ def s3() -> Any:
         options = s3_options(endpoint)
         fs = fsspec.filesystem("s3", **options)
         fs.mkdir("bucket")
-        with tt.ShardedWriter("s3://bucket/s/train", max_records=250, storage_options=options) as writer:
+        with tt.ShardedExampleWriter(
+            "s3://bucket/s/train", max_records=250, storage_options=options
+        ) as writer:
             for record in range(REMOTE_RECORDS):
                 writer.write({"id": record, "blob": bytes([record % 251]) * BLOB})
         yield endpoint, sum(fs.size(p) for p in fs.glob("bucket/s/*.tfrecord"))

@@ -239,7 +239,7 @@ def test_split_strings_follow_tfds() -> None:
 
 
 def test_record_files_select_reads_ranges_and_fingerprints_them(tmp_path: Path) -> None:
-    with tt.ShardedWriter(str(tmp_path / "d"), max_records=5) as writer:
+    with tt.ShardedExampleWriter(str(tmp_path / "d"), max_records=5) as writer:
         for i in range(10):
             writer.write(b"%d" % i)
     files = RecordFiles.from_sources(writer.shard_paths)

@@ -93,7 +93,7 @@ def _write_data(folder: Path) -> None:
 
     folder.mkdir()
     rng = np.random.default_rng(0)
-    with tt.ShardedWriter(str(folder / "records"), max_records=RECORDS // 3 + 1) as writer:
+    with tt.ShardedExampleWriter(str(folder / "records"), max_records=RECORDS // 3 + 1) as writer:
         for i in range(RECORDS):
             tags = rng.integers(-(2**40), 2**40, int(rng.integers(0, 6))).tolist()
             example = {

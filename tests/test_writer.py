@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from torch_tfrecord import RecordWriter, ShardedWriter, load_index, read_records
+from torch_tfrecord import RecordWriter, ShardedExampleWriter, load_index, read_records
 from torch_tfrecord.records.index import build_index, default_index_path
 
 
@@ -138,15 +138,15 @@ def test_writer_arguments_are_validated(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="compression_level"):
         RecordWriter(tmp_path / "a", compression="gzip", compression_level=11)
     with pytest.raises(ValueError, match="max_records"):
-        ShardedWriter(tmp_path / "s")
+        ShardedExampleWriter(tmp_path / "s")
     with pytest.raises(ValueError, match="max_records"):
-        ShardedWriter(tmp_path / "s", max_records=0)
+        ShardedExampleWriter(tmp_path / "s", max_records=0)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_sharded_writer_rolls_over_by_records(tmp_path: Path) -> None:
     payloads = [bytes([i]) * i for i in range(25)]
-    with ShardedWriter(tmp_path / "train", max_records=10) as writer:
+    with ShardedExampleWriter(tmp_path / "train", max_records=10) as writer:
         for payload in payloads:
             writer.write(payload)
     names = [Path(p).name for p in writer.shard_paths]
@@ -162,7 +162,7 @@ def test_sharded_writer_rolls_over_by_records(tmp_path: Path) -> None:
 
 
 def test_sharded_writer_rolls_over_by_bytes(tmp_path: Path) -> None:
-    with ShardedWriter(tmp_path / "s", max_bytes=100) as writer:
+    with ShardedExampleWriter(tmp_path / "s", max_bytes=100) as writer:
         for size in [30, 30, 30, 200, 10]:
             writer.write(b"z" * size)
     sizes = [os.path.getsize(p) for p in writer.shard_paths]
@@ -172,13 +172,13 @@ def test_sharded_writer_rolls_over_by_bytes(tmp_path: Path) -> None:
 
 
 def test_sharded_writer_hides_shards_until_close_and_aborts_on_error(tmp_path: Path) -> None:
-    writer = ShardedWriter(tmp_path / "s", max_records=2)
+    writer = ShardedExampleWriter(tmp_path / "s", max_records=2)
     for i in range(5):
         writer.write(b"%d" % i)
     assert not any(p.name.startswith("s-") for p in tmp_path.iterdir())
     writer.abort()
     assert list(tmp_path.iterdir()) == []
-    with pytest.raises(KeyError), ShardedWriter(tmp_path / "t", max_records=2) as sharded:
+    with pytest.raises(KeyError), ShardedExampleWriter(tmp_path / "t", max_records=2) as sharded:
         for i in range(5):
             sharded.write(b"%d" % i)
         raise KeyError("boom")
@@ -186,10 +186,10 @@ def test_sharded_writer_hides_shards_until_close_and_aborts_on_error(tmp_path: P
 
 
 def test_sharded_writer_with_no_records_and_compression(tmp_path: Path) -> None:
-    with ShardedWriter(tmp_path / "e", max_records=5) as writer:
+    with ShardedExampleWriter(tmp_path / "e", max_records=5) as writer:
         pass
     assert [Path(p).name for p in writer.shard_paths] == ["e-00000-of-00001.tfrecord"]
-    with ShardedWriter(tmp_path / "g", max_records=2, compression="gzip") as writer:
+    with ShardedExampleWriter(tmp_path / "g", max_records=2, compression="gzip") as writer:
         for i in range(3):
             writer.write(b"%d" % i)
     assert [Path(p).name for p in writer.shard_paths] == [

@@ -3,7 +3,7 @@
     python write_shards.py DIR sharded|single
 
 ``single``: one ExampleWriter per shard, each published under its final name when finished.
-``sharded``: one ShardedWriter, whose shards all keep temporary names until it is closed.
+``sharded``: one ShardedExampleWriter, whose shards all keep temporary names until it is closed.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> None:
                     record += 1
             print(shard, flush=True)
     else:
-        with tt.ShardedWriter(directory / "train", max_records=2000) as writer:
+        with tt.ShardedExampleWriter(directory / "train", max_records=2000) as writer:
             while True:
                 writer.write({"id": record, "pad": [b"x" * 200]})
                 record += 1

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from index_tools import build_indexes, index_path_for, index_status
-from torch_tfrecord import ShardedWriter, build_index, load_index, save_index
+from torch_tfrecord import ShardedExampleWriter, build_index, load_index, save_index
 
 
 @pytest.fixture
 def shards(tmp_path: Path) -> list[str]:
-    with ShardedWriter(tmp_path / "data" / "train", max_records=7, write_index=False) as writer:
+    with ShardedExampleWriter(tmp_path / "data" / "train", max_records=7, write_index=False) as writer:
         for i in range(30):
             writer.write(b"r%d" % i * (i + 1))
     return writer.shard_paths

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from index_tools.cli import main
-from torch_tfrecord import ShardedWriter, TFRecordError
+from torch_tfrecord import ShardedExampleWriter, TFRecordError
 
 
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
-    with ShardedWriter(tmp_path / "d" / "train", max_records=4, write_index=False) as writer:
+    with ShardedExampleWriter(tmp_path / "d" / "train", max_records=4, write_index=False) as writer:
         for i in range(10):
             writer.write(b"x" * i)
     return tmp_path / "d"

@@ -3,11 +3,13 @@
  * For each JPEG: read the header, pick the smallest DCT scale (n/8) that keeps at least the
  * asked pixels, decode only the iMCU columns (jpeg_crop_scanline) and rows (jpeg_skip_scanlines)
  * around the region, with one pixel of margin so chroma upsampling sees the same neighbours as
- * in a full decode, then entropy-decode the rest (skip + finish) so corrupt data below the region
- * is an error as in a full decode. The batch is decoded on threads with the GIL released; libjpeg
- * errors and warnings longjmp back into a message for that image (never exit()). Given the batch's
- * output, each thread then resizes the region it decoded straight into the image's planes there
- * (_resize.c: torch's antialiased bilinear, byte for byte), so the call returns the finished batch.
+ * in a full decode, then stop after the region's last row, as TensorFlow's decode_and_crop_jpeg
+ * and DALI do (or, asked to verify the whole file, entropy-decode the rest: skip + finish, so
+ * corrupt data below the region is an error as in a full decode). The batch is decoded on
+ * threads with the GIL released; libjpeg errors and warnings longjmp back into a message for
+ * that image (never exit()). Given the batch's output, each thread then resizes the region it
+ * decoded straight into the image's planes there (_resize.c: torch's antialiased bilinear, byte
+ * for byte), so the call returns the finished batch.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -63,7 +65,7 @@ typedef struct {
 typedef struct {
     Job *jobs;
     Py_ssize_t count, next;
-    int grey, fast_dct, tf_crop;
+    int grey, fast_dct, tf_crop, verify_full;
     uint8_t *out; /* NULL, or the batch: images of channels planes of out_h x out_w */
     long out_h, out_w, out_channels;
     pthread_mutex_t lock;
@@ -74,7 +76,7 @@ static long scaled(long size, int num) { return (size * num + 7) / 8; }
 /* Python's round() (half to even), as torch_tfrecord.codec.image_batch.resize rounds edges. */
 static long nearest(double value) { return (long)nearbyint(value); }
 
-static void decode_one(Job *job, int grey, int fast_dct, int tf_crop) {
+static void decode_one(Job *job, const Batch *batch) {
     struct jpeg_decompress_struct cinfo;
     ErrorManager err;
     cinfo.err = jpeg_std_error(&err.pub);
@@ -108,15 +110,15 @@ static void decode_one(Job *job, int grey, int fast_dct, int tf_crop) {
     }
     cinfo.scale_num = (unsigned int)num;
     cinfo.scale_denom = 8;
-    cinfo.dct_method = fast_dct ? JDCT_IFAST : JDCT_ISLOW;
+    cinfo.dct_method = batch->fast_dct ? JDCT_IFAST : JDCT_ISLOW;
     cinfo.do_fancy_upsampling = TRUE;
-    cinfo.out_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
+    cinfo.out_color_space = batch->grey ? JCS_GRAYSCALE : JCS_RGB;
     jpeg_start_decompress(&cinfo);
     long full_h = cinfo.output_height, full_w = cinfo.output_width;
     int channels = cinfo.output_components;
     long y0, y1, x0, x1; /* the region: rows of the scaled image, columns of the scaled image */
     JDIMENSION crop_x, crop_w;
-    if (tf_crop) {
+    if (batch->tf_crop) {
         /* TensorFlow's decode_and_crop_jpeg (tf_jpeg.decode_jpeg_crop_fast): decoded from the box's
          * iMCU column to its right edge, both upsampled as image edges; the box cut from that as
          * image_batch.resize cuts it. */
@@ -189,19 +191,27 @@ static void decode_one(Job *job, int grey, int fast_dct, int tf_crop) {
                    (size_t)(region_w * channels));
         y += got;
     }
-    /* The rest is entropy-decoded (skipped rows) up to the last row, which is decoded: a skip to
-     * the very end would read nothing, and damage below the region must fail as in a full decode. */
-    if (cinfo.output_scanline + 1 < cinfo.output_height)
-        jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
-    if (cinfo.output_scanline < cinfo.output_height) {
-        if (job->row == NULL) job->row = malloc(row_bytes);
-        JSAMPROW last = job->row;
-        if (last == NULL || jpeg_read_scanlines(&cinfo, &last, 1) != 1) {
-            snprintf(err.message, sizeof(err.message), "no last scanline");
-            longjmp(err.jump, 1);
+    if (!batch->verify_full && cinfo.output_scanline < cinfo.output_height) {
+        /* Stopped after the region's last row, as decode_and_crop_jpeg stops (its skip to the end
+         * reads nothing): the rows below are not entropy-decoded, so damage there goes unseen. A
+         * progressive JPEG's scans were all read by jpeg_start_decompress: there nothing is saved. */
+        jpeg_abort_decompress(&cinfo);
+    } else {
+        /* The rest is entropy-decoded (skipped rows) up to the last row, which is decoded: a skip
+         * to the very end would read nothing, and damage below the region must fail as in a full
+         * decode. A region that reaches the last row is read to the end marker either way. */
+        if (cinfo.output_scanline + 1 < cinfo.output_height)
+            jpeg_skip_scanlines(&cinfo, cinfo.output_height - 1 - cinfo.output_scanline);
+        if (cinfo.output_scanline < cinfo.output_height) {
+            if (job->row == NULL) job->row = malloc(row_bytes);
+            JSAMPROW last = job->row;
+            if (last == NULL || jpeg_read_scanlines(&cinfo, &last, 1) != 1) {
+                snprintf(err.message, sizeof(err.message), "no last scanline");
+                longjmp(err.jump, 1);
+            }
         }
+        jpeg_finish_decompress(&cinfo);
     }
-    jpeg_finish_decompress(&cinfo);
     free(job->row);
     job->row = NULL;
     jpeg_destroy_decompress(&cinfo);
@@ -231,7 +241,7 @@ static void *work(void *arg) {
         pthread_mutex_unlock(&batch->lock);
         if (i >= batch->count) break;
         Job *job = &batch->jobs[i];
-        decode_one(job, batch->grey, batch->fast_dct, batch->tf_crop);
+        decode_one(job, batch);
         if (batch->out != NULL && job->status == DONE) resize_into(job, batch, &scratch);
     }
     resize_scratch_free(&scratch);
@@ -289,20 +299,24 @@ static PyObject *result_of(Job *job, int resized) {
 }
 
 PyDoc_STRVAR(decode_regions_doc,
-             "decode_regions(images, boxes, grey, fast_dct, tf_crop, threads, output=None, slots=None)\n\n"
+             "decode_regions(images, boxes, grey, fast_dct, tf_crop, threads, output=None, slots=None,\n"
+             "               verify_full=True)\n\n"
              "Each JPEG's region (top, left, height, width, need_height, need_width) decoded at the smallest\n"
              "DCT scale that keeps need_height x need_width over the whole image, cut as image_batch.resize\n"
              "cuts it (tf_crop: as decode_and_crop_jpeg decodes the box). Returns per image (pixels: a\n"
              "writable HWC buffer, height, width, channels), an error message (str), or None for CMYK/YCCK\n"
              "JPEGs (left to the Python path). Given output (a writable C-contiguous uint8 [B, C, H, W]\n"
              "buffer) and slots (one index into it per image), each region is resized into output[slot]\n"
-             "instead (torch's antialiased bilinear) and True stands for its pixels.");
+             "instead (torch's antialiased bilinear) and True stands for its pixels. verify_full: the\n"
+             "rows below each region are entropy-decoded too (damage there fails the image); False:\n"
+             "the decode stops after the region's last row, as decode_and_crop_jpeg's does.");
 
 static PyObject *decode_regions(PyObject *self, PyObject *args) {
     PyObject *images, *boxes, *output = Py_None, *slots = Py_None;
-    int grey, fast_dct, tf_crop, threads;
+    int grey, fast_dct, tf_crop, threads, verify_full = 1;
     (void)self;
-    if (!PyArg_ParseTuple(args, "OOpppi|OO", &images, &boxes, &grey, &fast_dct, &tf_crop, &threads, &output, &slots))
+    if (!PyArg_ParseTuple(args, "OOpppi|OOp", &images, &boxes, &grey, &fast_dct, &tf_crop, &threads, &output, &slots,
+                          &verify_full))
         return NULL;
     PyObject *image_seq = PySequence_Fast(images, "images must be a sequence");
     if (image_seq == NULL) return NULL;
@@ -356,7 +370,7 @@ static PyObject *decode_regions(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(image_seq, ready), &job->data, PyBUF_SIMPLE) < 0) goto done;
     }
     Batch batch = {.jobs = jobs, .count = count, .next = 0, .grey = grey, .fast_dct = fast_dct,
-                   .tf_crop = tf_crop, .out = target.buf};
+                   .tf_crop = tf_crop, .verify_full = verify_full, .out = target.buf};
     if (target.buf != NULL) {
         batch.out_channels = target.shape[1];
         batch.out_h = target.shape[2];

@@ -305,10 +305,10 @@ def _decode_regions_into(
     tf_crop = fast and spec.crop != "resize"  # TensorFlow's decode_and_crop_jpeg pixels
     kept, grey = [encoded[i] for i in slots], spec.mode == "L"
     native: set[int] = set()
-    if image_roi.resizes_fast():
-        done = image_roi.decode_regions(kept, regions, grey, fast, _threads(), tf_crop, out, slots)
-    else:  # no SIMD resize on this CPU: torch's resize per region (on the pool, below)
-        done = image_roi.decode_regions(kept, regions, grey, fast, _threads(), tf_crop)
+    # No SIMD resize on this CPU: the regions come back and torch resizes each (on the pool, below).
+    target = (out, slots) if image_roi.resizes_fast() else (None, None)
+    options = (grey, fast, _threads(), tf_crop, *target, spec.verify == "full")
+    done = image_roi.decode_regions(kept, regions, *options)
     decoded: dict[int, torch.Tensor] = {}
     for i, result in zip(slots, done, strict=True):
         if isinstance(result, ValueError):

@@ -6,8 +6,10 @@ that keeps at least the output's pixels across it, on native threads with the GI
 pixels are those of a whole decode at that scale (simplejpeg's, value for value; or, asked,
 TensorFlow's ``decode_and_crop_jpeg``'s), cut as
 :func:`torch_tfrecord.codec.image_batch.resize` cuts them: one pixel of margin each side keeps
-chroma upsampling the same at the region's edges, and the rows below the region are still
-entropy-decoded, so damage anywhere in the file fails as a whole decode does. Given the batch's
+chroma upsampling the same at the region's edges. Asked to (``verify_full``), the rows below the
+region are entropy-decoded too, so damage anywhere in the file fails as a whole decode does;
+otherwise the decode stops after the region's last row, as TensorFlow's ``decode_and_crop_jpeg``
+and DALI's stop (a progressive JPEG's scans are read whole either way). Given the batch's
 output (``out``), the thread that decoded a region also resizes it into the
 image's place there, byte for byte as :func:`~torch_tfrecord.codec.image_batch.resize` (torch's
 uint8 antialiased bilinear), so one call returns the finished batch. setup.py builds the extension
@@ -75,6 +77,7 @@ def decode_regions(
     tf_crop: bool = False,
     out: torch.Tensor | None = None,
     slots: Sequence[int] | None = None,
+    verify_full: bool = True,
 ) -> list[torch.Tensor | ValueError | None] | list[bool | ValueError]:
     """The regions of a batch of JPEGs, decoded on ``threads`` native threads (and resized into
     ``out`` when given).
@@ -92,6 +95,9 @@ def decode_regions(
             each region is resized to its size on the thread that decoded it, straight into
             ``out[slots[k]]`` (no tensor and no Python per image).
         slots: with ``out``, each JPEG's index in it.
+        verify_full: entropy-decode each JPEG to its end, so that damage below the region fails
+            it as a whole decode would; False: stop after the region's last row (the pixels are
+            the same).
 
     Returns:
         Per JPEG: its region as a uint8 ``[C, H, W]`` tensor (a channels-last view), or with
@@ -100,12 +106,13 @@ def decode_regions(
         CMYK / YCCK JPEG, which this path does not convert.
     """
     assert compiled is not None
+    options = (grey, fast_dct, tf_crop, threads)
     if out is not None:
         batch = out.numpy()  # the tensor's own memory (shared memory in a DataLoader worker)
-        results = compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads, batch, slots)
+        results = compiled.decode_regions(encoded, regions, *options, batch, slots, verify_full)
         return [ValueError(result) if isinstance(result, str) else result is True for result in results]
     decoded: list[torch.Tensor | ValueError | None] = []
-    for result in compiled.decode_regions(encoded, regions, grey, fast_dct, tf_crop, threads):
+    for result in compiled.decode_regions(encoded, regions, *options, None, None, verify_full):
         if result is None or isinstance(result, str):
             decoded.append(None if result is None else ValueError(result))
             continue

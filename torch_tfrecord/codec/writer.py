@@ -8,7 +8,7 @@ from typing import Any
 from ..records.writer import RecordBytes, RecordWriter, ShardedRecordWriter, as_payload
 from .encode import encode_example
 
-__all__ = ["ExampleWriter", "ShardedWriter"]
+__all__ = ["ExampleWriter", "ShardedExampleWriter"]
 
 
 def _encoded(record: RecordBytes | Mapping[str, Any]) -> RecordBytes:
@@ -39,7 +39,7 @@ class ExampleWriter(RecordWriter):
         super().write(_encoded(record))
 
 
-class ShardedWriter(ShardedRecordWriter):
+class ShardedExampleWriter(ShardedRecordWriter):
     """Writes records across numbered shards, rolling over by record count or size: bytes as
     they are, a dict of features encoded as an Example.
 
@@ -63,7 +63,7 @@ class ShardedWriter(ShardedRecordWriter):
         write_manifest: write ``{prefix}.manifest.json`` at close.
 
     Example:
-        >>> with ShardedWriter("out/train", max_records=10_000) as writer:  # doctest: +SKIP
+        >>> with ShardedExampleWriter("out/train", max_records=10_000) as writer:  # doctest: +SKIP
         ...     for payload in payloads:
         ...         writer.write(payload)
         >>> writer.shard_paths  # doctest: +SKIP

@@ -86,7 +86,7 @@ class RecordWriter:
         ...     writer.write(b"payload")
     """
 
-    # A shard of a ShardedWriter learns its final name only at the end: remotely it is then
+    # A shard of a ShardedExampleWriter learns its final name only at the end: remotely it is then
     # uploaded under a temporary name and moved, instead of uploaded straight to its name.
     _staged = False
 
@@ -225,7 +225,7 @@ class _Shard(RecordWriter):
 class ShardedRecordWriter:
     """Writes byte records across numbered shards, rolling over by record count or size.
 
-    The record layer's half of :class:`torch_tfrecord.ShardedWriter` (which also takes dicts
+    The record layer's half of :class:`torch_tfrecord.ShardedExampleWriter` (which also takes dicts
     of features, and whose documentation lists the arguments): shards are named
     ``{prefix}-00000-of-00012{suffix}`` and stay under temporary names until :meth:`close`.
     """
@@ -275,7 +275,7 @@ class ShardedRecordWriter:
     def write(self, record: Any) -> None:
         """Appends one record to the current shard, starting a new shard when it is full."""
         if self._closed:
-            raise ValueError(f"write to a closed ShardedWriter for {self.prefix!r}")
+            raise ValueError(f"write to a closed ShardedExampleWriter for {self.prefix!r}")
         payload = self._payload(record)
         if not self._shards or self._is_full(self._shards[-1], len(payload) + FRAME_OVERHEAD):
             self._start_shard()

@@ -12,13 +12,12 @@ directory of its own, so no object's name can collide with the cache's own files
 - ``locks/KEY.lock``: held (``flock``) by the one process downloading KEY; ``locks/cache.lock``
   around every reservation and eviction. The kernel lets go of a dead process's locks, so a
   crash leaves no lock that blocks anyone; its partial download and reservation are removed by
-  the next process that opens the cache or reserves;
-- ``hints/PID.json``: when each process will need which shards (see :func:`.eviction.next_use`), so that
-  eviction keeps what the node's readers need soonest.
+  the next process that opens the cache, or reserves (every 10 s at most, unless space is short);
+- ``hints/PID.json``: when each process will need which shards (see :func:`.eviction.next_use`),
+  so that eviction keeps what the node's readers need soonest.
 
-The directory and everything read from it must be this user's (or a named group's): see
-:mod:`.cache_dir`. A directory of the first layout (every file at the top) is ignored: its files
-are never read, and ``torch-tfrecord cache clear`` removes them.
+Everything read from the directory must be this user's (or a named group's): :mod:`.cache_dir`.
+A directory of the first layout (files at the top) is ignored; ``cache clear`` removes them.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -58,10 +58,12 @@ from .cache_entries import (
     CacheLimitError,
     cache_key,
     entry_meta,
+    limit_conflict,
     old_layout_files,
     parse_size,
     read_limit,
     read_schedules,
+    reserved_bytes,
     write_limit,
 )
 from .eviction import FETCH_AHEAD, ShardUses, choose_victims, next_use
@@ -72,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 # With no limit, the cache leaves this much of its disk free (and 5% of it at least).
 _FREE_MARGIN = 1 << 30
+_CLEAN_EVERY_S = 10.0  # what dead processes left is looked for at most this often, unless space is short
 _SUBDIRECTORIES = ("copies", "meta", "partial", "locks", "hints")
 _WARNED: set[tuple[int, str]] = set()  # (process, directory): warned that it reads without the cache
 
@@ -108,6 +111,8 @@ class ShardCache:
         >>> cache.usage() <= cache.limit_bytes()  # doctest: +SKIP
         True
     """
+
+    _cleaned = -math.inf  # when this process last removed what dead processes left
 
     def __init__(
         self,
@@ -188,13 +193,7 @@ class ShardCache:
                 write_limit(self.root, limit, self.access)
                 return limit
             if limit is not None and limit != recorded:
-                raise CacheLimitError(
-                    f"the cache directory {self.root!r} has a limit of {recorded:,} bytes (recorded in its "
-                    f"cache.json by the first job that named one); this job asks for {limit:,}. A "
-                    "directory has one limit, or jobs would evict each other's shards forever: give "
-                    f"the same cache_limit, or none (the recorded one), or change it with "
-                    f"`torch-tfrecord cache limit {self.root} {limit}`"
-                )
+                raise limit_conflict(self.root, recorded, limit)
             return recorded
 
     def set_limit(self, limit: int | str | None) -> None:
@@ -241,18 +240,27 @@ class ShardCache:
 
     def limit_bytes(self) -> int:
         """The limit: as recorded, or the entries' bytes plus what the disk has free, less a margin."""
+        limit = self._limit()
+        return limit if limit is not None else self.usage() + self._room("")
+
+    def _limit(self) -> int | None:
         known, recorded = read_limit(self.root, self.access) if self.disabled is None else (False, None)
         if known:
             self.limit = recorded
-        if self.limit is not None:
-            return self.limit
+        return self.limit
+
+    def _room(self, skip: str) -> int:
+        """What can still be reserved beside ``skip``'s entry: the limit less the entries' bytes or,
+        with none, what the disk has free less the margin (then no entry is read)."""
+        limit = self._limit()
+        if limit is not None:
+            return limit - reserved_bytes(self.root, self.access, skip)
         disk = shutil.disk_usage(self.root)
-        return self.usage() + max(0, disk.free - max(_FREE_MARGIN, disk.total // 20))
+        return max(0, disk.free - max(_FREE_MARGIN, disk.total // 20))
 
     def lookup(self, url: str, size: int | None, version: str) -> str | None:
-        """The path of ``url``'s complete copy if it is of this size (None: any) and version,
-        and of the size recorded; a copy of another version is removed (fetched again by the
-        next download)."""
+        """The path of ``url``'s complete copy if it is of this size (None: any) and version, and of the
+        size recorded; a copy of another version is removed (fetched again by the next download)."""
         if self.disabled is not None:
             return None
         key = cache_key(url)
@@ -260,11 +268,8 @@ class ShardCache:
         copy = regular_file(self.path(key), self.access) if meta is not None else None
         if meta is None or copy is None or meta["url"] != url:
             return None
-        if (
-            (size is not None and meta["size"] != size)
-            or meta["version"] != version
-            or copy.st_size != meta["size"]
-        ):
+        stale = (size is not None and meta["size"] != size) or meta["version"] != version
+        if stale or copy.st_size != meta["size"]:
             self.discard(key)
             return None
         with contextlib.suppress(OSError):  # the last access, for least-recently-used eviction
@@ -272,8 +277,7 @@ class ShardCache:
         return self.path(key)
 
     def discard(self, key: str, *, incomplete_only: bool = False) -> bool:
-        """Removes an entry unless a process is downloading it (or, with ``incomplete_only``,
-        its copy is complete); whether it was removed."""
+        """Removes an entry unless a process is downloading it (or, ``incomplete_only``, it is complete)."""
         lock = self.try_lock(key)
         if lock is None:
             return False
@@ -308,9 +312,10 @@ class ShardCache:
             return False
         key = cache_key(url)
         with self._locked():
-            self._clean_stale(skip=key)
-            entries = [entry for entry in self.entries() if entry.key != key]
-            needed = sum(entry.size for entry in entries) + size - self.limit_bytes()
+            if time.monotonic() - self._cleaned > _CLEAN_EVERY_S or size > self._room(key):
+                self._clean_stale(skip=key)  # (a scan of the directory: not at every reservation)
+            needed = size - self._room(key)
+            entries = [entry for entry in self.entries() if entry.key != key] if needed > 0 else []
             schedules = self._schedules() if needed > 0 and math.isfinite(now) else []
             if any(key in schedule for schedule in schedules):
                 # Caching it pays off at its next use after the one under way (which reads its
@@ -336,11 +341,7 @@ class ShardCache:
 
     def create_part(self, key: str) -> int:
         """A descriptor of ``key``'s new partial download, open for writing (call it holding
-        :meth:`key_lock`, after :meth:`reserve`).
-
-        Raises:
-            CacheWriteError: it could not be made.
-        """
+        :meth:`key_lock`, after :meth:`reserve`); a CacheWriteError where it cannot be made."""
         return create_exclusive(self.part_path(key), self.access)
 
     def get_bytes(self, name: str, version: str) -> bytes | None:
@@ -352,9 +353,8 @@ class ShardCache:
         return read_small(path, meta["size"] if meta else 0, self.access)
 
     def put_bytes(self, name: str, version: str, data: bytes) -> bool:
-        """Keeps ``data`` (e.g. an index scanned from a shard) under ``name`` and ``version``;
-        False when the limit leaves no room, another process is writing it, or the cache
-        cannot be written."""
+        """Keeps ``data`` (e.g. an index scanned from a shard) under ``name`` and ``version``; False
+        when the limit leaves no room, another process is writing it, or the cache cannot be written."""
         key = cache_key(name)
         lock = self.try_lock(key)
         if lock is None or self.disabled is not None:
@@ -384,13 +384,13 @@ class ShardCache:
         return self.path(key)
 
     def recover(self) -> None:
-        """Removes what dead processes left: cut-off downloads, their reservations, their hints
-        and temporary files."""
+        """Removes what dead processes left: cut-off downloads, reservations, hints, temporary files."""
         if self.disabled is None:
             with self._locked():
                 self._clean_stale()
 
     def _clean_stale(self, skip: str = "") -> None:
+        self._cleaned = time.monotonic()
         reserved, copies, parts = self._keys("meta", ".json"), self._keys("copies"), self._keys("partial")
         for key in (reserved - copies) | (parts - reserved):  # a download, under way or cut off
             if key != skip:

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,11 +23,13 @@ __all__ = [
     "cache_key",
     "decode_limit",
     "entry_meta",
+    "limit_conflict",
     "old_layout_files",
     "parse_size",
     "read_limit",
     "read_schedule",
     "read_schedules",
+    "reserved_bytes",
     "write_limit",
 ]
 
@@ -70,6 +73,17 @@ class CacheLimitError(TFRecordError, ValueError):
     """A job asked for another limit than the one recorded in the cache directory."""
 
 
+def limit_conflict(root: str, recorded: int | None, limit: int) -> CacheLimitError:
+    """The error for a job that names another limit than the one the directory ``root`` recorded."""
+    return CacheLimitError(
+        f"the cache directory {root!r} has a limit of {recorded or 0:,} bytes (recorded in its "
+        f"cache.json by the first job that named one); this job asks for {limit:,}. A "
+        "directory has one limit, or jobs would evict each other's shards forever: give "
+        f"the same cache_limit, or none (the recorded one), or change it with "
+        f"`torch-tfrecord cache limit {root} {limit}`"
+    )
+
+
 @dataclass(frozen=True)
 class CacheEntry:
     """One entry of a cache directory.
@@ -107,6 +121,31 @@ def entry_meta(data: bytes | None) -> dict[str, Any] | None:
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         return None
     return meta
+
+
+def reserved_bytes(root: str, access: Access, skip: str = "") -> int:
+    """The bytes the entries of the cache at ``root`` take or have reserved (but ``skip``'s): a
+    complete copy's by its size (one ``lstat``), a download under way's from its metadata. What
+    the entries' sizes add up to, without reading every entry's metadata: a reservation costs
+    O(entries) stats, not O(entries) files read (quadratic in the shards a node caches)."""
+    total, copies = 0, set()
+    with os.scandir(os.path.join(root, "copies")) as found:
+        for entry in found:
+            if entry.name.startswith(".") or entry.name == skip:
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(info.st_mode) and access.trusts(info):
+                total += info.st_size
+                copies.add(entry.name)
+    for name in os.listdir(os.path.join(root, "meta")):
+        key = name[: -len(".json")]
+        if name.endswith(".json") and not name.startswith(".") and key != skip and key not in copies:
+            meta = entry_meta(read_small(os.path.join(root, "meta", name), META_BYTES, access))
+            total += 0 if meta is None else meta["size"]
+    return total
 
 
 def read_schedule(data: bytes | None) -> ShardUses | None:
