@@ -15,7 +15,7 @@ from torch_tfrecord.codec.spec_file import encode_spec_json
 
 @pytest.fixture
 def shards(tmp_path: Path) -> str:
-    with tt.ShardedWriter(str(tmp_path / "data"), max_records=200) as writer:
+    with tt.ShardedExampleWriter(str(tmp_path / "data"), max_records=200) as writer:
         for i in range(600):
             writer.write({"label": i, "text": b"x" * (i % 50)})
     return str(tmp_path / "data-*")

@@ -220,7 +220,7 @@ def test_the_cache_hit_ratio_is_the_share_of_bytes_not_fetched_from_the_store() 
 
 
 def _shards(root: Path, records: int = 512, per_shard: int = 128) -> list[str]:
-    with tt.ShardedWriter(str(root / "data"), max_records=per_shard) as writer:
+    with tt.ShardedExampleWriter(str(root / "data"), max_records=per_shard) as writer:
         for i in range(records):
             writer.write({"id": i, "x": [float(i)] * 4})
     return writer.shard_paths
@@ -274,7 +274,7 @@ def _noise_jpeg(seed: int, side: int = 1024) -> bytes:
 def jpeg_shards(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     pytest.importorskip("PIL")
     root = tmp_path_factory.mktemp("jpegs")
-    with tt.ShardedWriter(str(root / "images"), max_records=6) as writer:
+    with tt.ShardedExampleWriter(str(root / "images"), max_records=6) as writer:
         for i in range(12):  # noise: the slowest thing to decode, a few MB in all to read
             writer.write({"image": _noise_jpeg(i), "label": i})
     return writer.shard_paths
@@ -325,7 +325,7 @@ def test_a_mix_and_a_packed_stream_have_stats(tmp_path: Path) -> None:
     assert stats.records == 256 and stats.batches == 16
     assert stats.stage_seconds["decode"] > 0 and stats.stage_seconds["transform"] > 0
     assert a.stats().records == 0  # the mix counts, not its sources
-    with tt.ShardedWriter(str(tmp_path / "tokens"), max_records=64) as writer:
+    with tt.ShardedExampleWriter(str(tmp_path / "tokens"), max_records=64) as writer:
         for i in range(128):
             writer.write({"tokens": [i] * 4})
     tokens = tt.TFRecordDataset(writer.shard_paths, spec={"tokens": tt.VarLen(torch.int64)})
@@ -425,7 +425,7 @@ def s3_shards() -> Iterator[tuple[str, list[str]]]:
     with moto_server() as endpoint:
         options = s3_options(endpoint)
         fsspec.filesystem("s3", **options).mkdir("bucket")
-        with tt.ShardedWriter("s3://bucket/t/data", max_records=96, storage_options=options) as writer:
+        with tt.ShardedExampleWriter("s3://bucket/t/data", max_records=96, storage_options=options) as writer:
             for i in range(384):
                 writer.write({"id": i, "x": [float(i)] * 4})
         yield endpoint, writer.shard_paths
