@@ -255,7 +255,7 @@ def test_a_transform_that_sleeps_is_the_bottleneck(tmp_path: Path, workers: int)
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_training_step_slower_than_loading_means_no_bottleneck(tmp_path: Path, workers: int) -> None:
     dataset = tt.TFRecordDataset(_shards(tmp_path, 384), spec=SPEC, batch_size=32)
-    stats = _run(dataset, workers, step_s=0.06)
+    stats = _run(dataset, workers, step_s=0.15)  # (loading a batch: well under a ms, idle)
     assert stats.bottleneck == "none", stats
     assert stats.wait_share is not None and stats.wait_share < WAIT_SHARE_NONE
     assert stats.batches == 12
