@@ -31,6 +31,15 @@ main process (all its threads; TensorFlow's process for its rows) and in the Dat
 (together), which a machine loaded by others disturbs less than wall time.
 
     python benchmarks/bench_dataset.py --tf-python /tmp/tfvenv/bin/python [--workers-only] [--dir DIR]
+
+``--telemetry`` prints instead what the load telemetry (``dataset.stats()``) costs: rows of ours
+timed with it on and off (``TORCH_TFRECORD_TELEMETRY=0``), alternately in each round (which goes
+first alternates too), one warm-up round and ``--repeats`` rounds; records/s on and off (medians),
+the overhead as the median of each round's ratio, and the CPU milliseconds per batch of the main
+process and the workers together, on and off; first, the telemetry's own CPU per batch and per
+sample, on and off, timed in a loop (what a loaded machine's wall times cannot resolve).
+
+    python benchmarks/bench_dataset.py --telemetry [--repeats 9] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -335,6 +344,93 @@ def vs_tensorflow(tf_python: str, directory: str, repeats: int, workers_only: bo
         )
 
 
+_TELEMETRY_ROWS: tuple[tuple[str, Callable[[list[str], str, int, Any], int], Any, int], ...] = (
+    ("ours batch mode, no shuffle", ours_batches, False, 0),
+    ("ours batch mode, global shuffle", ours_batches, "global", 0),
+    ("ours batch mode, no shuffle", ours_batches, False, 2),
+    ("ours sample mode, global shuffle", ours_samples, "global", 0),
+)
+
+
+def telemetry_overhead(datasets: dict[str, list[str]], repeats: int) -> None:
+    """Each row with the load telemetry on and off, alternately (see the module's docstring)."""
+    from torch_tfrecord.data.telemetry import ENV_VAR
+
+    rows = []
+    loads = []
+    for name, paths in datasets.items():
+        for label, function, shuffle, workers in _TELEMETRY_ROWS:
+            taken: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
+            n = 0
+            for round_ in range(repeats + 1):  # round 0 warms up
+                for mode in ("on", "off") if round_ % 2 else ("off", "on"):
+                    os.environ[ENV_VAR] = "1" if mode == "on" else "0"  # read as the dataset is built
+                    start, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
+                    n = function(paths, name, workers, shuffle)
+                    wall = time.perf_counter() - start
+                    if round_:
+                        taken[mode].append((wall, time.process_time() - cpu + _children_cpu() - children))
+            del os.environ[ENV_VAR]
+            loads.append(os.getloadavg()[0])
+            ratios = [on[0] / off[0] for on, off in zip(taken["on"], taken["off"], strict=True)]
+            batches = -(-n // BATCH)
+            rows.append(
+                (
+                    name,
+                    label,
+                    workers,
+                    n / statistics.median(w for w, _ in taken["on"]),
+                    n / statistics.median(w for w, _ in taken["off"]),
+                    100 * (statistics.median(ratios) - 1),
+                    1000 * statistics.median(c for _, c in taken["on"]) / batches,
+                    1000 * statistics.median(c for _, c in taken["off"]) / batches,
+                )
+            )
+    print(f"load average (1 min) after each row: {', '.join(f'{load:.1f}' for load in loads)}")
+    print(
+        f"{'data':6} {'pipeline':34} {'workers':>7} {'rec/s on':>10} {'rec/s off':>10} "
+        f"{'time +%':>7} {'CPU ms/b on':>11} {'off':>7} {'CPU +%':>6}"
+    )
+    for name, label, workers, on, off, overhead, cpu_on, cpu_off in rows:
+        print(
+            f"{name:6} {label:34} {workers:>7} {on:>10,.0f} {off:>10,.0f} {overhead:>+7.1f} "
+            f"{cpu_on:>11.3f} {cpu_off:>7.3f} {100 * (cpu_on / cpu_off - 1):>+6.1f}"
+        )
+
+
+def telemetry_cpu(n: int = 200_000) -> None:
+    """The telemetry's own CPU per batch (the loop's meter and three stages, as a batch-mode batch
+    counts them) and per sample (sample mode's meter), on and off: best of 5 loops of ``n``. On a
+    loaded machine this resolves what the rows' wall times cannot."""
+    from torch_tfrecord.data.telemetry import ENV_VAR, Telemetry
+    from torch_tfrecord.support.stages import DECODE, HANDOFF, READ, begin, end, lap
+
+    def batches(meter: Any) -> float:
+        start = time.process_time()
+        for _ in range(n):
+            meter.asked()
+            token = lap(READ, begin(), 4096)
+            end(DECODE, token, BATCH)
+            end(HANDOFF, begin())
+            meter.ready()
+        return (time.process_time() - start) / n
+
+    def samples(meter: Any) -> float:
+        start = time.process_time()
+        for _ in range(n):
+            meter.asked()
+            meter.ready()
+        return (time.process_time() - start) / n
+
+    for mode in ("on", "off"):
+        os.environ[ENV_VAR] = "1" if mode == "on" else "0"
+        telemetry = Telemetry()
+        batch = min(batches(telemetry.meter(None)) for _ in range(5))
+        sample = min(samples(telemetry.meter(BATCH)) for _ in range(5))
+        print(f"telemetry {mode:3}: {1e9 * batch:6,.0f} ns CPU a batch, {1e9 * sample:4,.0f} ns a sample")
+    del os.environ[ENV_VAR]
+
+
 def _children_cpu() -> float:
     """CPU seconds of this process's ended children (DataLoader workers, once joined)."""
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -346,6 +442,7 @@ def main() -> None:
     parser.add_argument("--dir")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tf-python", help="a Python with TensorFlow: the table against it instead")
+    parser.add_argument("--telemetry", action="store_true", help="what the load telemetry costs, instead")
     parser.add_argument(
         "--workers-only",
         action="store_true",
@@ -361,10 +458,15 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     datasets = {name: make_dataset(directory, name) for name in ("small", "large")}
-    for name, paths in datasets.items():
+    for paths in datasets.values():
         for path in paths:
             if not os.path.exists(tt.default_index_path(path)):
                 tt.save_index(tt.build_index(path), tt.default_index_path(path))
+    if args.telemetry:
+        telemetry_cpu()
+        telemetry_overhead(datasets, args.repeats)
+        return
+    for name, paths in datasets.items():
         timed(lambda: ours_batches(paths, name, 0, False), 1)  # warm the page cache
         peer: dict[int, float] = {}
         for workers in WORKERS:

@@ -23,7 +23,7 @@ PUBLIC = [
     "CompressedIndexError", "CorruptRecordError", "DamagedRegion", "EpochPlan", "ExampleDecodeError",
     "ExampleWriter", "FeatureError", "FeatureShapeError", "FeatureTypeError", "FixedLen",
     "FixedLenSequence", "FloatList", "Image", "IndexFormatError", "IndexedTFRecordDataset", "Int64List",
-    "MissingFeatureError", "MixedDataset", "PackedDataset", "Ragged", "RawTensor", "ReadStats",
+    "LoadStats", "MissingFeatureError", "MixedDataset", "PackedDataset", "Ragged", "RawTensor", "ReadStats",
     "RecordWriter", "RemoteIOError", "RowList", "Selection", "SelectionError", "ShardedExampleWriter",
     "SourceNotFoundError", "SpecError", "StaleIndexError", "TFRecordDataset", "TFRecordError",
     "TruncatedRecordError", "VarLen", "bucket", "build_compressed_index", "build_index", "check_index",

@@ -38,6 +38,7 @@ from .data.bucket import bucket as bucket
 from .data.collate import collate as collate
 from .data.dataset import TFRecordDataset as TFRecordDataset
 from .data.indexed import IndexedTFRecordDataset as IndexedTFRecordDataset
+from .data.load_stats import LoadStats as LoadStats
 from .data.loader import loader as loader
 from .data.mix import MixedDataset as MixedDataset
 from .data.mix import mix as mix

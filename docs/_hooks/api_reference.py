@@ -22,6 +22,7 @@ GROUPS = {
     "bucket": "Length buckets",
     "selecting": "Selecting records",
     "selection": "Selections",
+    "load_stats": "Load telemetry",
     "_pipeline": "Keys the datasets add",
     "spec": "Feature specs",
     "codec": "Decoding",

@@ -9,6 +9,7 @@ torch-tfrecord preview data/train-00000-of-00008.tfrecord --out grid.png
 torch-tfrecord view data/ (a local web page)
 torch-tfrecord convert coco instances.json images/ --out out/ --split train=0.9,val=0.1
 torch-tfrecord cache du /scratch/tfrecord-cache
+torch-tfrecord bench 'data/train-*.tfrecord' --workers 4
 torch-tfrecord doctor [--json] (which fast paths this install has)
 
 Errors are one line (``torch-tfrecord: error: ...``); ``--debug`` shows the traceback.
@@ -21,6 +22,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from .bench import add_bench_command
 from .cache import add_cache_command
 from .convert import add_convert_command, is_conversion_error
 from .doctor import add_doctor_command
@@ -42,8 +44,11 @@ def build_parser() -> argparse.ArgumentParser:
     inspecting = add_inspect_commands(commands)
     converting = add_convert_command(commands)
     caching = add_cache_command(commands)
+    benching = add_bench_command(commands)
     doctor = add_doctor_command(commands)
-    add_debug_option(parser, *inspecting, *converting, *caching, *add_view_command(commands), doctor)
+    add_debug_option(
+        parser, *inspecting, *converting, *caching, *benching, *add_view_command(commands), doctor
+    )
     return parser
 
 

@@ -18,6 +18,7 @@ import numpy.typing as npt
 import torch
 
 from ..errors import FeatureShapeError, FeatureTypeError, MissingFeatureError
+from ..support.stages import IMAGE_DECODE, begin, end
 from .ragged import Ragged
 from .spec import FixedLen, Image, RawTensor
 
@@ -218,6 +219,7 @@ def images(
 ) -> list[torch.Tensor] | torch.Tensor:
     """Each record's image (one ``[B, C, H, W]`` tensor when the spec has a size); ``encoded()``
     gives their bytes once an image library is known to exist."""
+    token = begin()  # (the image library's first import included)
     from .image import image_backend
     from .image_batch import UndecodableImage, decode_images
 
@@ -231,7 +233,9 @@ def images(
             crop_library()
     data = encoded()
     try:
-        return decode_images(data, spec)
+        decoded = decode_images(data, spec)
+        end(IMAGE_DECODE, token, sum(map(len, data)))
+        return decoded
     except UndecodableImage as failure:  # say which record and key
         raw = data[failure.index]
         detail = f" is not a decodable image ({len(raw)} bytes, starting {bytes(raw[:8])!r})"

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from ..codec.selection import RowList
+from ..support import stages
 from ..support.extension import compiled
 from ..support.processes import pid_alive
 
@@ -210,6 +211,7 @@ def receive_batch(
 ) -> dict[str, Any]:
     """In the main process: the batch sent in slot ``sequence`` of the ring ``key``, its fields
     copied out of the slot; frees the slot."""
+    token = stages.begin()
     if block is not None and key not in _received:
         _forget_older(key)
         _received[key] = (block, block.numpy())
@@ -231,6 +233,7 @@ def receive_batch(
     header = array[:_HEADER].view(np.int64)
     header[0] = sequence + 1  # the slot is free (what was read above are copies)
     header[1] = os.getpid()
+    stages.end(stages.HANDOFF, token)
     return batch
 
 

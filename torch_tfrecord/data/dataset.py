@@ -19,6 +19,7 @@ from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
 from .cache_plan import ReadSchedule
 from .epoch import DEFAULT_PREFETCH, EpochDataset
+from .load_stats import LoadStats
 from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
 from .pipeline import SeededTransform, decoder_for, transformed
 from .selected_files import Subset, selected_files
@@ -232,6 +233,10 @@ class TFRecordDataset(EpochDataset):
             "samples_per_epoch": plan.samples_per_epoch,
             "fingerprint": self.files.fingerprint,
         }
+
+    def stats(self, reset: bool = False) -> LoadStats:
+        """Is the training loop waiting on data, and on which stage: see :meth:`load_stats`."""
+        return self.load_stats(reset)
 
     def __repr__(self) -> str:
         plan = self.plan

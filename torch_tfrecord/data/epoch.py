@@ -7,15 +7,18 @@ same for :class:`~torch_tfrecord.data.dataset.TFRecordDataset`, :class:`~torch_t
 and what is built on them: the plan's slice for this rank and worker, automatic epochs and
 ``set_epoch`` (:mod:`.epoch_counter`), the training frameworks' wrappers (:mod:`.frameworks`,
 :mod:`.wrapped`), the loader's guards (:mod:`.guards`), prefetch in the main process
-(:mod:`.prefetch`), the worker hand-off (:mod:`.handoff`), and ``state_dict`` /
-``load_state_dict``, also on another world size (:mod:`.resume`).
+(:mod:`.prefetch`), the worker hand-off (:mod:`.handoff`), ``state_dict`` /
+``load_state_dict``, also on another world size (:mod:`.resume`), and the load telemetry of
+``stats()`` (:mod:`.telemetry`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -23,15 +26,18 @@ import numpy.typing as npt
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
+from ..support.stages import HANDOFF, begin, end
 from .epoch_counter import EpochCounter
 from .frameworks import DISPATCHED_STATE, DispatchFlag, Wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .handoff import pack_tensors
 from .internals import calling_loader, calling_wrapper, use_fast_convert, warn_batch_size_unknown
+from .load_stats import LoadStats
 from .order import EpochPlan, Progress, WorkerSlice
 from .pipeline import PADDING_KEY
 from .prefetch import Prefetcher
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
+from .telemetry import Telemetry, watch_starting_loader
 from .workers import end_with_parent
 from .wrapped import shard_runs, world_items, wrapped_len
 
@@ -113,6 +119,11 @@ class EpochDataset(IterableDataset[Any]):
         self._epoch_guard = EpochGuard(shuffled)
         self._resume: Resume | None = None
         self._live: Live | None = None
+        self._telemetry = Telemetry()
+
+    def __getstate__(self) -> dict[str, Any]:
+        watch_starting_loader()  # pickled for a spawned DataLoader worker: time the loader's next()
+        return self.__dict__
 
     # -- what a subclass gives -------------------------------------------------------------
 
@@ -250,23 +261,30 @@ class EpochDataset(IterableDataset[Any]):
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
         live = self._live = Live(epoch, progress, workers, skip)
-        loads: Generator[list[Any], None, None] | Prefetcher[list[Any]]
+        loads: Iterator[list[Any]] | Prefetcher[list[Any]]
         loads = self._loads(plan, workers, progress, skip, epoch)
         if info is None and self.prefetch:  # loaded ahead in a thread, while the loop trains
-            loads = Prefetcher(loads, self.prefetch)
+            loads = Prefetcher(self._telemetry.recording(loads), self.prefetch)
         pack = info is not None and plan.batch_size is not None
+        meter = self._telemetry.meter(None if plan.batch_size else run)  # the loop's time in next()
         try:
+            meter.asked()
             # The transform runs here, in the loop's thread (it may draw from torch's global RNG,
             # which the loop uses too), and the place is counted here: what the loop received.
             for loaded in loads:
                 for item in loaded:
                     item = self.finish(item, epoch)
                     if pack:  # a batch is sent to the main process as one block (see .handoff)
+                        token = begin()
                         item = pack_tensors(item)
+                        end(HANDOFF, token)
                     live.yielded += 1  # counted before the yield: a state taken now includes it
+                    meter.ready()
                     yield item
+                    meter.asked()
         finally:
             loads.close()  # a loop left early stops the loading
+            meter.close()
         self._epoch_guard.finished(epoch)
         if info is None and self._resume is not None and self._resume.epoch == epoch:
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
@@ -321,6 +339,41 @@ class EpochDataset(IterableDataset[Any]):
                 for item in self.load(ids, padding, epoch, False):
                     yield self.finish(item, epoch)
         self._epoch_guard.finished(epoch)
+
+    def load_stats(self, reset: bool = False) -> LoadStats:
+        """Is the training loop waiting on data, and if so, on which stage: a :class:`LoadStats`
+        (``stats()`` of a :class:`TFRecordDataset` or a mix; packed and bucketed datasets, whose
+        ``stats()`` says what the packing did, have it by this name).
+
+        Counted all along at a small cost (``TORCH_TFRECORD_TELEMETRY=0`` turns it off), in
+        every process, DataLoader workers included; call it in the main process.
+
+        Args:
+            reset: start a new window after this one (the next call covers what comes after).
+
+        Example:
+            >>> stats = dataset.load_stats(reset=True)  # doctest: +SKIP
+            >>> print(stats)  # doctest: +SKIP
+            >>> stats.bottleneck, stats.wait_share  # doctest: +SKIP
+            ('image_decode', 0.61)
+        """
+        return self._telemetry.stats(reset)
+
+    def trace(self, path: str | os.PathLike[str]) -> AbstractContextManager[None]:
+        """Records each stage of loading in every process while inside the ``with`` block, then
+        writes them to ``path`` as Chrome / Perfetto trace JSON (ui.perfetto.dev, chrome://tracing).
+
+        Keeps the most recent 512 spans of the main process and of each of the first 16 workers;
+        workers start recording within 50 ms.
+
+        Example:
+            >>> with dataset.trace("load-trace.json"):  # doctest: +SKIP
+            ...     for _, batch in zip(range(50), loader): train(batch)
+
+        Raises:
+            ValueError: telemetry is off (``TORCH_TFRECORD_TELEMETRY=0``).
+        """
+        return self._telemetry.trace(path)
 
     def state_dict(self, consumed: int | None = None, *, gather: bool = False) -> dict[str, Any]:
         """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.

@@ -22,6 +22,7 @@ import torch
 
 from ..codec.ragged import Ragged
 from ..codec.selection import RowList
+from ..support.stages import HANDOFF, begin, end
 from .byte_ring import place_batch, receive_batch
 
 __all__ = ["INLINE_LIMIT", "InlineBatch", "RingBatch", "pack_tensors"]
@@ -201,6 +202,7 @@ class _Array:
 
 def _unpack(payload: bytearray, structure: dict[str, Any]) -> dict[str, Any]:
     """The batch of an :class:`InlineBatch`, its tensors arrays' or views of ``payload``."""
+    token = begin()
     block = torch.frombuffer(payload, dtype=torch.uint8) if payload else None
 
     def leaf(value: Any) -> Any:
@@ -209,7 +211,9 @@ def _unpack(payload: bytearray, structure: dict[str, Any]) -> dict[str, Any]:
             return _view(block, value.place, value.dtype, value.shape)
         return value
 
-    return _map(structure, leaf, _keep)  # type: ignore[no-any-return]
+    batch = _map(structure, leaf, _keep)
+    end(HANDOFF, token)
+    return batch  # type: ignore[no-any-return]
 
 
 class RingBatch(InlineBatch):

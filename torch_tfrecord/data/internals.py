@@ -11,6 +11,10 @@ Nowhere else in the package looks at another library's private classes, frames o
 - Accelerate's ``DataLoaderDispatcher`` and ``IterableDatasetShard`` (``accelerate.data_loader``),
   recognised among the callers by class and module name (nothing here imports Accelerate), and the
   attributes read of them.
+- torch's multi-process DataLoader *iterator* (``_MultiProcessingDataLoaderIter``, or torchdata's
+  stateful one): found among the callers while its ``__init__`` starts the workers, its
+  ``_next_data`` (which ``__next__`` calls) is timed for the load telemetry (:mod:`.telemetry`),
+  its ``_num_yielded`` says a pass's first batch. :func:`next_data_found` checks them.
 
 :func:`contract` says which of these are found in the running versions; tests/test_internals.py
 checks it on every stack of the compatibility matrix. When one is not found at run time, nothing
@@ -24,7 +28,8 @@ from __future__ import annotations
 import dataclasses
 import sys
 import warnings
-from collections.abc import Iterator, Sized
+import weakref
+from collections.abc import Callable, Iterator, Sized
 from types import FrameType
 from typing import Any
 
@@ -35,6 +40,9 @@ __all__ = [
     "calling_loader",
     "calling_wrapper",
     "contract",
+    "loader_starting",
+    "next_data_found",
+    "time_batches",
     "use_fast_convert",
     "warn_batch_size_unknown",
     "wrapper_of",
@@ -183,6 +191,77 @@ def wrapper_of(candidate: Any) -> Wrapper | None:
             split_batches=bool(candidate.split_batches),
         )
     return None
+
+
+def loader_starting(depth: int = 16) -> tuple[Any, Any] | None:
+    """The multi-process DataLoader iterator starting its workers among the callers (in its
+    ``__init__``: at a worker's fork, or as a spawned worker's dataset is pickled), with its
+    dataset; None when there is none."""
+    frame: FrameType | None = sys._getframe(2)
+    for _ in range(depth):
+        if frame is None:
+            return None
+        if frame.f_code.co_name == "__init__":
+            candidate: Any = frame.f_locals.get("self")
+            if type(candidate).__name__.endswith(_ITERATOR) and hasattr(candidate, "_dataset"):
+                return candidate, candidate._dataset
+        frame = frame.f_back
+    return None
+
+
+_ITERATOR = "MultiProcessingDataLoaderIter"
+Fetch = Callable[[Callable[[Any], Any], Any, bool], Any]
+
+
+class _Timed:
+    """An iterator's ``_next_data`` that goes through ``fetch(next_data, iterator, first)``. It
+    holds the iterator weakly: the iterator ends its workers when it is collected, so nothing may
+    keep it alive in a cycle."""
+
+    __slots__ = ("fetch", "function", "iterator")
+
+    def __init__(self, iterator: Any, function: Callable[[Any], Any], fetch: Fetch) -> None:
+        self.iterator = weakref.ref(iterator)
+        self.function = function
+        self.fetch = fetch
+
+    def __call__(self) -> Any:
+        iterator = self.iterator()
+        return self.fetch(self.function, iterator, getattr(iterator, "_num_yielded", -1) == 0)
+
+
+def time_batches(iterator: Any, fetch: Fetch) -> bool:
+    """Makes each ``next()`` of a DataLoader iterator call ``fetch(next_data, iterator, first)``
+    (``first``: the pass's first batch), which returns ``next_data(iterator)``; False when the
+    iterator is not as this module reads it, or is timed already."""
+    function = getattr(type(iterator), "_next_data", None)
+    if not callable(function) or isinstance(vars(iterator).get("_next_data"), _Timed):
+        return False
+    iterator._next_data = _Timed(iterator, function, fetch)
+    return True
+
+
+def next_data_found() -> bool:
+    """Whether torch's DataLoader iterators are as :func:`time_batches` and :func:`loader_starting`
+    read them: ``__next__`` calls ``self._next_data()``, and the multi-process iterator starts its
+    workers in ``__init__``, keeps ``_dataset`` and counts ``_num_yielded``."""
+    import inspect
+
+    try:
+        from torch.utils.data import dataloader
+    except ImportError:
+        return False
+    base = getattr(dataloader, "_BaseDataLoaderIter", None)
+    multi = getattr(dataloader, "_MultiProcessingDataLoaderIter", None)
+    if base is None or multi is None or not callable(getattr(multi, "_next_data", None)):
+        return False
+    try:
+        sources = inspect.getsource(base) + inspect.getsource(multi)
+    except (OSError, TypeError):
+        return False
+    return all(
+        text in sources for text in ("self._next_data()", "self._num_yielded = 0", "self._dataset = ")
+    ) and "w.start()" in inspect.getsource(multi.__init__)
 
 
 def contract() -> dict[str, bool]:

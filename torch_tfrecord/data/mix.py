@@ -17,6 +17,7 @@ import torch
 from .dataset import TFRecordDataset
 from .epoch import DEFAULT_PREFETCH, EpochDataset
 from .frameworks import Wrapper
+from .load_stats import LoadStats
 from .mix_schedule import MixSchedule, locate, quotas
 from .order import EpochPlan
 from .resume import Resume, wrapped_splits
@@ -275,6 +276,10 @@ class MixedDataset(EpochDataset):
             self._saved = MixSchedule(counts, offsets, epoch)
             ends = tuple(o + c for o, c in zip(offsets, counts, strict=True))
             self._schedule = MixSchedule(self.counts, ends, epoch + 1)
+
+    def stats(self, reset: bool = False) -> LoadStats:
+        """Is the training loop waiting on data, and on which stage: see :meth:`load_stats`."""
+        return self.load_stats(reset)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}: {c}" for n, c in zip(self.names, self.counts, strict=True))

@@ -29,6 +29,7 @@ from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
 from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
+from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
 from .selected_files import SelectedFiles
 from .shards import RecordFiles
 
@@ -136,11 +137,15 @@ class BatchDecoder:
             decoded = self._decode_natively(ids)
             if decoded is not None:
                 return decoded, ids, padding
+        token = begin()
         records = self.files.read(ids, verify_crc=self.verify_crc, on_error=self.on_error)
+        token = lap(READ, token, sum(len(record) for record in records if record is not None))
         bad = [i for i, record in enumerate(records) if record is None]
         try:
             if not bad:
-                return self._columns(records), ids, padding  # type: ignore[arg-type]
+                columns = self._columns(records)  # type: ignore[arg-type]
+                end(DECODE, token, len(ids))  # (its amount: records)
+                return columns, ids, padding
         except (FeatureError, ExampleDecodeError):
             # Decode again naming each record, to raise (or skip) with a precise message.
             pass
@@ -153,15 +158,19 @@ class BatchDecoder:
         # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
         scratch, self._scratch = self._scratch or bytearray(), None
         try:
+            token = begin()
             try:
                 buffer, starts, sizes = self.files.read_framed(ids, scratch)
             except BatchReadFailed:
                 return None  # the per-record read names the record and why
             scratch = buffer
+            token = lap(READ, token, self.files.read_bytes)
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps
                 # a view of the buffer once this returns.
-                return native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+                columns = native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+                end(DECODE, token, len(ids))
+                return columns
             except (native.Rejected, FeatureError):
                 return None
         finally:
@@ -246,11 +255,15 @@ class SeededTransform:
         self.takes_generator = "generator" in parameters
 
     def __call__(self, item: Any, seed: int) -> Any:
+        token = begin()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if self.takes_generator:
-                return self.transform(item, generator=torch.Generator().manual_seed(seed))
-            return self.transform(item)
+                item = self.transform(item, generator=torch.Generator().manual_seed(seed))
+            else:
+                item = self.transform(item)
+        end(TRANSFORM, token)
+        return item
 
 
 def transformed(transform: SeededTransform | None, item: dict[str, Any], seed: int, epoch: int) -> Any:

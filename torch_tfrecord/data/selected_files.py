@@ -116,7 +116,9 @@ class SelectedFiles(RecordFiles):
     def read_framed(
         self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
     ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        return self.base.read_framed(self.record_ids(record_ids), scratch)
+        framed = self.base.read_framed(self.record_ids(record_ids), scratch)
+        self.read_bytes = self.base.read_bytes  # (for the load telemetry)
+        return framed
 
     def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
         raise ValueError(

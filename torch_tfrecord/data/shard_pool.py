@@ -21,6 +21,7 @@ import numpy as np
 from ..records.remote.cache import cache_key
 from ..records.remote.eviction import FETCH_AHEAD, ShardUses
 from ..records.sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
+from ..support.stages import Helpers
 
 __all__ = ["CAPS", "ShardPool"]
 
@@ -119,7 +120,8 @@ class ShardPool:
                     _SHARDS_AT_ONCE, thread_name_prefix="torch-tfrecord-shards"
                 )
             threads = self._threads
-        return list(threads.map(read, groups))
+        with Helpers() as helpers:  # the wait counted as the stages the threads ran (remote fetches)
+            return list(threads.map(helpers.wrap(read), groups))
 
     # -- what the cache hears -------------------------------------------------------------
 

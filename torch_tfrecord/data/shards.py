@@ -116,6 +116,7 @@ class RecordFiles:
         # The native batch read applies where every shard may be a local file (remote ones once
         # their cached copies are complete); compressed ones are inflated, remote ones fetched.
         self._gathers = all(spec.kind != "remote" and not spec.inflating for spec in self.specs)
+        self.read_bytes = 0  # what the last read_framed took (for the load telemetry)
 
     @classmethod
     def from_sources(
@@ -299,6 +300,7 @@ class RecordFiles:
         positions = np.zeros(len(ids), dtype=np.int64)
         np.cumsum(entries[:-1, 1], out=positions[1:])
         total = int(entries[:, 1].sum())
+        self.read_bytes = total
         buffer = bytearray(total) if scratch is None else grown(scratch, total)
         runs = []
         for first, stop in itertools.pairwise(bounds):
@@ -348,6 +350,7 @@ class RecordFiles:
                 _COALESCE_GAP,
             )
             if status == Gathered.DONE:
+                self.read_bytes = value  # (what the batch read took, gaps read through included)
                 return buffer, starts, sizes
             if status == Gathered.OPEN:  # opening it may let go of the least recently used one
                 if not pool.open_local(value):

@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import TFRecordError
+from ..support.stages import CACHED, INFLATE, REMOTE, begin, count, end
 from .compressed.index import CompressedIndex
 from .compressed.shard import CompressedShard
 from .io import SourceListing, StorageOptions, file_size, is_url, open_binary
@@ -254,7 +255,10 @@ class RemoteSource(ShardSource):
         self.file = RemoteFile(spec.path, spec.stored_size, storage.storage_options, counter=storage.requests)
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
-        return self.file.read_ranges(starts, sizes)
+        token = begin()
+        pieces = self.file.read_ranges(starts, sizes)
+        end(REMOTE, token, sum(sizes))
+        return pieces
 
     def close(self) -> None:
         self.file.close()
@@ -280,6 +284,7 @@ class CachedSource(ShardSource):
             now=storage.clock,
         )
         self._copy: LocalSource | None = None
+        count(CACHED, 1)
 
     def local(self) -> LocalSource | None:
         if self._copy is None:
@@ -292,7 +297,10 @@ class CachedSource(ShardSource):
         return self._copy
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
-        return self.file.read_ranges(starts, sizes)
+        token = None if self.local() is not None else begin()  # no complete copy: the store's wait
+        pieces = self.file.read_ranges(starts, sizes)
+        end(REMOTE, token, sum(sizes))
+        return pieces
 
     def start(self) -> None:
         """Starts fetching the copy in the background (see :meth:`CachedFile.start`)."""
@@ -358,7 +366,9 @@ class InflatingSource(ShardSource):
         assert spec.compressed is not None
         path, options = spec.path, None
         if spec.kind == "cached":
+            token = begin()
             path = CachedSource(spec, storage).fetch() or spec.path
+            end(REMOTE, token)
         if is_url(path):
             options = storage.storage_options
         self.shard = CompressedShard(path, spec.compressed, options)
@@ -374,15 +384,20 @@ class InflatingSource(ShardSource):
         self.shard.cache_bytes = value
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
-        return self.shard.read_ranges(starts, sizes)
+        token = begin()
+        pieces = self.shard.read_ranges(starts, sizes)
+        end(INFLATE, token)
+        return pieces
 
     def read_into(self, offsets: Int64Array, sizes: Int64Array, buffer: bytearray, at: int) -> None:
         if len(offsets) and int((offsets + sizes).max()) > self.spec.size:
             raise BatchReadFailed(f"{self.spec.path!r}: a range past the end of its uncompressed stream")
+        token = begin()
         try:
             self.shard.read_into(offsets, sizes, buffer, at)
         except TFRecordError as error:
             raise BatchReadFailed(str(error)) from error
+        end(INFLATE, token)
 
     def close(self) -> None:
         self.shard.close()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
+from ...support.stages import REQUESTS, count
 from .retry import retrying
 from .urls import StorageOptions, filesystem
 
@@ -55,6 +56,7 @@ class RequestCounter:
     def add(self, requests: int) -> None:
         with self._lock:
             self.value += requests
+        count(REQUESTS, requests)  # in a read's thread (not a background download's): telemetry
 
     def __getstate__(self) -> dict[str, Any]:
         return {"value": self.value}
