@@ -189,6 +189,36 @@ def test_a_reservation_reads_no_entrys_metadata_while_there_is_room(
     assert cache.usage() == 320 * 10
 
 
+def test_a_read_does_not_wait_for_a_download_queued_behind_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A global shuffle's first batches queue hundreds of downloads; a read that waited for its
+    # shard's turn in the queue (up to the stall limit, 30 s, each) made 8 ranks on one node take
+    # minutes to their first batch. A download not yet running is not waited for: the read goes
+    # to the store, and the download still happens in its turn.
+    from concurrent.futures import Future
+
+    from torch_tfrecord.records.remote import cached as cached_module
+
+    url = "memory://queued/shard.bin"
+    remote.write_bytes(url, bytes(range(256)) * 4)
+    queued: list[Future[str | None]] = []
+
+    class Backlog:
+        def submit(self, call: Any) -> Future[str | None]:
+            queued.append(Future())  # (never started: the pool is busy with others)
+            return queued[-1]
+
+    def no_waiting(seconds: float) -> None:
+        raise AssertionError("the read waited for a download that had not started")
+
+    monkeypatch.setattr(cached_module, "_DOWNLOADS", Backlog())
+    monkeypatch.setattr(cached_module.time, "sleep", no_waiting)
+    file = CachedFile(url, 1024, file_version(remote.file_info(url)), None, ShardCache(tmp_path / "c"))
+    assert file.read_ranges([10, 500], [4, 3]) == [bytes([10, 11, 12, 13]), bytes([244, 245, 246])]
+    assert len(queued) == 1 and not queued[0].done()  # the download is still queued
+
+
 def test_leftovers_of_dead_processes_are_removed_at_open(tmp_path: Path) -> None:
     cache = ShardCache(tmp_path, "1MB")
     for name in ("s3://b/dead", "s3://b/alive"):

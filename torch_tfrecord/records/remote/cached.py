@@ -257,8 +257,10 @@ class CachedFile:
         return False
 
     def _fetching_here(self) -> bool:
+        """Whether this process's download of the object runs now (one queued behind others is
+        not waited for: a read then goes to the store)."""
         future = self._future
-        return future is not None and not future.done() and self._pid == os.getpid()
+        return future is not None and future.running() and self._pid == os.getpid()
 
     def wait(self) -> str | None:
         """The complete copy's path, fetched now if need be (by this or another process); None
