@@ -194,8 +194,8 @@ def test_a_read_does_not_wait_for_a_download_queued_behind_others(
 ) -> None:
     # A global shuffle's first batches queue hundreds of downloads; a read that waited for its
     # shard's turn in the queue (up to the stall limit, 30 s, each) made 8 ranks on one node take
-    # minutes to their first batch. A download not yet running is not waited for: the read goes
-    # to the store, and the download still happens in its turn.
+    # minutes to their first batch. A download not yet running is not waited for: the read runs
+    # it itself (the node still fetches the shard once).
     from concurrent.futures import Future
 
     from torch_tfrecord.records.remote import cached as cached_module
@@ -216,7 +216,8 @@ def test_a_read_does_not_wait_for_a_download_queued_behind_others(
     monkeypatch.setattr(cached_module.time, "sleep", no_waiting)
     file = CachedFile(url, 1024, file_version(remote.file_info(url)), None, ShardCache(tmp_path / "c"))
     assert file.read_ranges([10, 500], [4, 3]) == [bytes([10, 11, 12, 13]), bytes([244, 245, 246])]
-    assert len(queued) == 1 and not queued[0].done()  # the download is still queued
+    assert len(queued) == 1 and queued[0].cancelled()  # taken out of the queue, and run here
+    assert file.local_path() is not None
 
 
 def test_leftovers_of_dead_processes_are_removed_at_open(tmp_path: Path) -> None:

@@ -233,12 +233,27 @@ class CachedFile:
             if time.monotonic() - self._tried < _RETRY_S:
                 return
             self._tried = time.monotonic()
-            now = self._now()
-            self._future = _DOWNLOADS.submit(
-                lambda: download(
-                    self.cache, self.url, self.size, self.version, self.storage_options, now, self.counter
-                )
-            )
+            self._future = _DOWNLOADS.submit(self._download(self._now()))
+
+    def _download(self, now: float) -> Callable[[], str | None]:
+        return lambda: download(
+            self.cache, self.url, self.size, self.version, self.storage_options, now, self.counter
+        )
+
+    def _promote(self) -> None:
+        """Runs this process's download of the object now, in this thread, when it is only queued
+        behind others (a global shuffle's first batches queue hundreds): a read waits for its own
+        shard's download, never for the queue's."""
+        with self._lock:
+            future = self._future
+            if future is None or self._pid != os.getpid() or not future.cancel():
+                return
+            promoted: Future[str | None] = Future()
+            self._future = promoted
+        try:
+            promoted.set_result(self._download(self._now())())
+        except BaseException as error:  # (the readers meet it: they read from the store)
+            promoted.set_exception(error)
 
     def finish(self) -> None:
         """Waits for this process's download of the object, if one runs (its errors are the
@@ -258,7 +273,7 @@ class CachedFile:
 
     def _fetching_here(self) -> bool:
         """Whether this process's download of the object runs now (one queued behind others is
-        not waited for: a read then goes to the store)."""
+        not waited for: a read then goes to the store, or runs it, see :meth:`_promote`)."""
         future = self._future
         return future is not None and future.running() and self._pid == os.getpid()
 
@@ -299,6 +314,8 @@ class CachedFile:
                 if data is not None:
                     return data
             self.start()
+            if end <= _WAIT_AHEAD:  # (a read further in does not wait for a download to get there)
+                self._promote()
             part = _size(self.cache.part_path(self.key))
             if part >= end:
                 data = _pread_all(self.cache.part_path(self.key), starts, sizes)
