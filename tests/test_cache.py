@@ -220,6 +220,40 @@ def test_a_read_does_not_wait_for_a_download_queued_behind_others(
     assert file.local_path() is not None
 
 
+def test_an_index_another_process_is_fetching_is_read_from_its_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 8 ranks of a node starting together fetched every index once each (2,187 requests per rank
+    # at 2,000 shards): one waiting for another's download read the store instead.
+    from torch_tfrecord.records.remote import cached as cached_module
+    from torch_tfrecord.records.remote.cached import read_through
+
+    cache = ShardCache(tmp_path / "c")
+    url, data = "memory://fetching/a.tfrecord.idx", b"0 20\n20 20\n"
+    remote.write_bytes(url, data)
+    key, version = cache_key(url), file_version(remote.file_info(url))
+    lock = cache.try_lock(key)  # another process is fetching it
+    assert lock is not None
+
+    def other_process_finishes() -> None:
+        assert cache.reserve(url, len(data), version)
+        Path(cache.part_path(key)).write_bytes(data)
+        cache.commit(key)
+        lock.release()
+
+    def no_store(*args: Any) -> bytes:
+        raise AssertionError("read from the store while another process was fetching it")
+
+    monkeypatch.setattr(cached_module, "read_bytes", no_store)
+    monkeypatch.setattr(cached_module, "_fetch", no_store)
+    finisher = threading.Timer(0.2, other_process_finishes)
+    finisher.start()
+    try:
+        assert read_through(cache, url) == data
+    finally:
+        finisher.join()
+
+
 def test_leftovers_of_dead_processes_are_removed_at_open(tmp_path: Path) -> None:
     cache = ShardCache(tmp_path, "1MB")
     for name in ("s3://b/dead", "s3://b/alive"):

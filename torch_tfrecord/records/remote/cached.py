@@ -152,11 +152,27 @@ def read_through(
     path = cache.lookup(url, size, version) or download(
         cache, url, size, version, storage_options, recheck=size > _FIRST_CHUNK
     )
+    if path is None and cache.disabled is None:  # another process is fetching it: its copy
+        path = _fetched_elsewhere(cache, url, size, version)
     if path is not None:
         data = read_small(path, size, cache.access)  # (None: evicted meanwhile)
         if data is not None and len(data) == size:
             return data
     return read_bytes(url, storage_options)
+
+
+def _fetched_elsewhere(cache: ShardCache, url: str, size: int, version: str) -> str | None:
+    """The copy another process is fetching, once it has it (a small object: about one request's
+    time; the ranks of a node starting together then fetch each index once, not once each); None
+    when that process lets go without a copy, or takes longer than :data:`_STALL_S`."""
+    key, since = cache_key(url), time.monotonic()
+    while time.monotonic() - since < _STALL_S:
+        lock = cache.try_lock(key)
+        if lock is not None:
+            lock.release()
+            return cache.lookup(url, size, version)
+        time.sleep(0.005)
+    return None
 
 
 class _Downloads:
