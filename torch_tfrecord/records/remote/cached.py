@@ -164,15 +164,16 @@ def read_through(
 def _fetched_elsewhere(cache: ShardCache, url: str, size: int, version: str) -> str | None:
     """The copy another process is fetching, once it has it (a small object: about one request's
     time; the ranks of a node starting together then fetch each index once, not once each); None
-    when that process lets go without a copy, or takes longer than :data:`_STALL_S`."""
-    key, since = cache_key(url), time.monotonic()
-    while time.monotonic() - since < _STALL_S:
-        lock = cache.try_lock(key)
-        if lock is not None:
-            lock.release()
-            return cache.lookup(url, size, version)
-        time.sleep(0.005)
-    return None
+    when that process lets go without a copy. Waits on the download's lock, without polling (the
+    kernel lets go of a dead process's lock; a live one's requests time out and are retried a
+    bounded number of times)."""
+    lock = cache.key_lock(cache_key(url))
+    try:
+        lock.acquire()
+    except CacheWriteError:
+        return None
+    lock.release()
+    return cache.lookup(url, size, version)
 
 
 class _Downloads:
