@@ -161,6 +161,7 @@ class _Stop(Exception):
 
 
 def _int64(value: int) -> int:
+    value &= (1 << 64) - 1  # (a 10-byte varint carries 70 bits: protobuf keeps the low 64)
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
