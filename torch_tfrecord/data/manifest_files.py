@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -74,12 +74,7 @@ def find_manifest(
         return read_manifest(named[0], storage_options)
     if listing is None or not listing.paths:
         return None
-    for candidate in _candidates(listing):
-        try:
-            manifest = read_manifest(candidate, storage_options)
-        except (OSError, IndexFormatError) as error:
-            logger.info("%r beside the shards is not used: %s", candidate, error)
-            continue
+    for candidate, manifest in _readable(_candidates(listing), storage_options):
         if sorted(manifest.shard_paths()) == listing.paths:
             _check_against_listing(manifest, listing)
             logger.info("read the shards' sizes and counts from %r", candidate)
@@ -103,15 +98,19 @@ def manifest_covering(paths: Sequence[str], storage_options: StorageOptions) -> 
     else:
         found = local_glob.glob(os.path.join(local_glob.escape(folder), "*" + MANIFEST_SUFFIX))
     wanted = set(paths)
-    for candidate in sorted(found):
-        try:
-            manifest = read_manifest(candidate, storage_options)
-        except (OSError, IndexFormatError) as error:
-            logger.info("%r is not used: %s", candidate, error)
-            continue
+    for _, manifest in _readable(sorted(found), storage_options):
         if wanted <= set(manifest.shard_paths()):
             return manifest
     return None
+
+
+def _readable(candidates: Sequence[str], storage_options: StorageOptions) -> Iterator[tuple[str, Manifest]]:
+    """Each candidate that reads as a manifest, with it; the others named in an INFO line."""
+    for candidate in candidates:
+        try:
+            yield candidate, read_manifest(candidate, storage_options)
+        except (OSError, IndexFormatError) as error:
+            logger.info("%r beside the shards is not used: %s", candidate, error)
 
 
 def _candidates(listing: SourceListing) -> list[str]:
