@@ -32,6 +32,7 @@ NATIVE_SOURCES = [
     "torch_tfrecord/data/_permutation.c",
     "torch_tfrecord/data/_byte_ring.c",
     "torch_tfrecord/data/_packing.c",
+    "torch_tfrecord/data/_id_lookup.c",
 ]
 NATIVE_HEADERS = [
     "torch_tfrecord/support/_native.h",
@@ -43,6 +44,7 @@ NATIVE_HEADERS = [
     "torch_tfrecord/data/_permutation.h",
     "torch_tfrecord/data/_byte_ring.h",
     "torch_tfrecord/data/_packing.h",
+    "torch_tfrecord/data/_id_lookup.h",
 ]
 JPEG_SOURCES = ["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"]
 JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h", "torch_tfrecord/support/_cpu.h"]

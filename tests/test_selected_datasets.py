@@ -248,6 +248,26 @@ def test_reads_only_the_selected_records(shards: str, monkeypatch: pytest.Monkey
     assert sorted(i for ids in asked for i in ids) == [5, 6, 7, 100]
 
 
+@pytest.mark.parametrize("compiled", [True, False], ids=["native", "numpy"])
+def test_places_map_to_record_ids_and_out_of_range_places_are_refused(
+    shards: str, compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch_tfrecord.data import selected_files
+
+    if not compiled:
+        monkeypatch.setattr(selected_files, "_native", None)
+    elif selected_files._native is None:
+        pytest.skip("the compiled extension is not built")
+    files = tt.TFRecordDataset(shards, spec=SPEC, subset=[range(5, 8), range(100, 103)]).files
+    assert files.record_ids(np.array([5, 0, 3, 2], dtype=np.int64)).tolist() == [102, 5, 100, 7]
+    assert files.record_ids([[1, 4]]).tolist() == [[6, 101]]  # any shape, any int sequence
+    for bad in ([6], [0, -1], [-6]):  # past the end; negative (never read from the end)
+        with pytest.raises(IndexError, match=r"\[0, 6\) \(the selected records\)"):
+            files.record_ids(np.array(bad, dtype=np.int64))
+        with pytest.raises(IndexError):
+            files.read(bad)
+
+
 # -- for real: 2 gloo ranks killed mid-epoch, resumed on 3 -------------------------------------
 
 

@@ -5,7 +5,8 @@
  * the foundation (support/_native_buffers.c), the record framing and CRC32C (records/_framing.c),
  * the offset index's text (records/_index.c), batch reads (records/_gather.c), the Example wire
  * decoder (codec/_wire.c), the shuffles' permutation (data/_permutation.c), a worker's ring
- * slot (data/_byte_ring.c) and the packer of token sequences (data/_packing.c). This file sits
+ * slot (data/_byte_ring.c), the packer of token sequences (data/_packing.c) and a selection's
+ * places to record ids (data/_id_lookup.c). This file sits
  * above every layer, as the package's face does for the Python modules: it is the only one that
  * includes them all. One shared object keeps one import, one build and one name for Python
  * (support/extension.py loads it).
@@ -14,6 +15,7 @@
 
 #include "codec/_wire.h"
 #include "data/_byte_ring.h"
+#include "data/_id_lookup.h"
 #include "data/_packing.h"
 #include "data/_permutation.h"
 #include "records/_framing.h"
@@ -24,7 +26,8 @@ typedef int (*PartInit)(PyObject *module);
 
 /* Bottom layer first: a part may use what a lower one set up (codec/_wire.c: the CRC tables). */
 static const PartInit parts[] = {
-    buffers_init, framing_init, index_init, gather_init, wire_init, permutation_init, byte_ring_init, packing_init,
+    buffers_init,     framing_init,   index_init,   gather_init,   wire_init,
+    permutation_init, byte_ring_init, packing_init, id_lookup_init,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tfrecord.support._native",

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
+from ..support.extension import compiled as _native
 from ..support.seeds import mix_seed
 from .id_sets import IdSetParts, from_ids
 from .permutation import permute
@@ -71,6 +72,7 @@ class SelectedFiles(RecordFiles):
         self.sizes, self.tables = base.sizes, base.tables
         self.counts = selection.counts
         self.starts = np.concatenate([[0], np.cumsum(self.counts)]).astype(np.int64)
+        self._count = int(self.starts[-1])
         self._listed: npt.NDArray[np.int64] | None = None  # the ids, listed (not pickled)
         self._last: tuple[Any, npt.NDArray[np.int64]] | None = None  # the last places mapped
 
@@ -84,13 +86,18 @@ class SelectedFiles(RecordFiles):
         last = self._last
         if last is not None and last[0] is places:  # a batch's ids, asked again by its decoder
             return last[1]
-        array = np.asarray(places, dtype=np.int64)
-        if array.size and (array.min() < 0 or array.max() >= self.num_records):
-            raise IndexError(f"record ids must lie in [0, {self.num_records}) (the selected records)")
-        ids = self.selection.ids
-        if self._listed is None and 8 * len(ids) <= LISTED_BYTES:
-            self._listed = ids.ids()
-        found = ids.select(array) if self._listed is None else self._listed[array]
+        array = np.ascontiguousarray(places, dtype=np.int64)
+        listed, ids = self._listed, self.selection.ids
+        if listed is None and 8 * len(ids) <= LISTED_BYTES:
+            listed = self._listed = ids.ids()
+        if listed is not None and _native is not None:
+            found = np.empty_like(array)
+            if _native.take_ids(listed, array.reshape(-1), found.reshape(-1)) >= 0:
+                raise IndexError(f"record ids must lie in [0, {self._count}) (the selected records)")
+        else:
+            if array.size and (array.min() < 0 or array.max() >= self._count):
+                raise IndexError(f"record ids must lie in [0, {self._count}) (the selected records)")
+            found = ids.select(array) if listed is None else listed[array]
         if isinstance(places, np.ndarray):
             self._last = (places, found)
         return found

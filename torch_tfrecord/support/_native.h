@@ -8,7 +8,7 @@
  * records/_index.c (the offset index's text), records/_gather.c (batch reads of file regions),
  * codec/_wire.c (the Example wire decoder), data/_permutation.c (the shuffles' permutation),
  * data/_byte_ring.c (bytes values into a worker's ring slot), data/_packing.c (token sequences
- * packed into rows). A part includes headers of its own
+ * packed into rows), data/_id_lookup.c (a selection's places to record ids). A part includes headers of its own
  * layer and the layers below only (tests/test_layout.py checks it, as for the Python modules);
  * torch_tfrecord/_native_module.c, above every layer, joins them: it calls each part's
  * `<part>_init(module)`, which adds the part's functions and named constants (the status codes
