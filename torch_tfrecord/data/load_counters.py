@@ -257,6 +257,8 @@ class BatchMeter:
     def close(self) -> None:
         """The pass ended (or was left): the last ask is no wait for an item; totals written."""
         self.record.paused = True
+        if current is None:  # a loop left open at the interpreter's exit: this module is torn down
+            return
         if current() is self.record:
             swap(self.previous)
         process = self.process

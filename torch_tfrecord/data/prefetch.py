@@ -12,7 +12,10 @@ iterator in such a thread, at most ``depth`` items ahead of the consumer:
 - errors: an exception raised by the iterator is raised to the consumer, the same object (its
   type, message and traceback), at the place in the order where it happened;
 - shutdown: :meth:`close` (also on garbage collection of an abandoned iterator, and at the end)
-  stops the thread and joins it, so no thread outlives the loop;
+  stops the thread and joins it, so no thread outlives the loop; a loop still open when the
+  interpreter exits (``next(iter(dataset))`` in a script) is closed at exit, before Python
+  tears its modules down: a thread left inside torch then was killed by the finalization with
+  "terminate called without an active exception" (SIGABRT, exit status 134);
 - fork: a process forked while a prefetch runs (a DataLoader starting its workers) is forked
   between two items, never while the thread is inside the iterator (holding a lock of the files
   it reads, or half-way through updating a decoder's state): ``os.fork`` waits for the item in
@@ -21,12 +24,14 @@ iterator in such a thread, at most ``depth`` items ahead of the consumer:
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Prefetcher"]
 
@@ -48,6 +53,8 @@ class _Busy:
 
 
 _held: list[_Busy] = []  # the locks the fork in progress took
+_OPEN: weakref.WeakSet[Prefetcher[Any]] = weakref.WeakSet()  # those whose thread runs
+_EXIT_WAIT_S = 30.0  # at exit, how long the loops still open may take to end the item in progress
 
 
 def _before_fork() -> None:
@@ -126,6 +133,7 @@ class Prefetcher(Generic[T]):
                 daemon=True,
             )
             _RUNNING.add(self._busy)
+            _OPEN.add(self)
             self._thread.start()
         item = self._queue.get()
         if item is _END:
@@ -136,16 +144,18 @@ class Prefetcher(Generic[T]):
             raise item.error
         return item  # type: ignore[return-value]
 
-    def close(self) -> None:
-        """Stops the thread (after the item it is making, if any) and joins it; idempotent."""
+    def close(self, deadline: float | None = None) -> None:
+        """Stops the thread (after the item it is making, if any) and joins it; idempotent.
+        ``deadline`` (a ``time.monotonic()``): stop waiting for the thread then."""
         self._done = True
         thread, self._thread = self._thread, None
         if thread is None:
             self._items = None
             return
+        _OPEN.discard(self)
         self._stop.set()
         # Emptied after the flag is set: the thread's pending put goes through, then it sees the flag.
-        while thread.is_alive():
+        while thread.is_alive() and (deadline is None or time.monotonic() < deadline):
             try:
                 self._queue.get(timeout=0.05)
             except queue.Empty:
@@ -161,6 +171,14 @@ class Prefetcher(Generic[T]):
     def __del__(self) -> None:
         if hasattr(self, "_busy"):  # not when __init__ refused its arguments
             self.close()
+
+
+@atexit.register
+def _close_open_loops() -> None:
+    """Closes the loops still open at the interpreter's exit (see the module's docstring)."""
+    deadline = time.monotonic() + _EXIT_WAIT_S
+    for prefetcher in list(_OPEN):
+        prefetcher.close(deadline)
 
 
 def _run(
