@@ -40,6 +40,16 @@ process and the workers together, on and off; first, the telemetry's own CPU per
 sample, on and off, timed in a loop (what a loaded machine's wall times cannot resolve).
 
     python benchmarks/bench_dataset.py --telemetry [--repeats 9] [--dir DIR]
+
+``--select`` prints instead what reading a selection costs (issue 46): ours in batch mode through
+``DataLoader(batch_size=None)`` (construction included, as above), file order and global shuffle,
+0 and 2 workers, three ways in each round (their order turning round by round): the whole
+dataset, a random half of it (``subset=0.5``) and an epoch of the whole as long as the half
+(``samples_per_epoch=80_000``: the same fixed costs, worker start-up included). Records/s
+(medians), and the selection's rate over each of the other two (the median of the rounds'
+ratios); one warm-up round, then ``--repeats`` rounds.
+
+    python benchmarks/bench_dataset.py --select [--repeats 9] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -398,6 +408,41 @@ def telemetry_overhead(datasets: dict[str, list[str]], repeats: int) -> None:
         )
 
 
+_SELECT_WAYS = {"whole": {}, "random half": {"subset": 0.5}, "as long": {"samples_per_epoch": 80_000}}
+
+
+def selection_cost(datasets: dict[str, list[str]], repeats: int) -> None:
+    """A random half of each dataset read beside the whole and beside an epoch as long (see the
+    module's docstring)."""
+    print(f"load average at the start: {os.getloadavg()[0]:.1f}")
+    header = f"{'data':6} {'shuffle':7} {'workers':>7} {'half rec/s':>11} {'whole':>10} {'as long':>10}"
+    print(f"{header} {'half/whole':>10} {'half/as long':>12}")
+    for name, paths in datasets.items():
+        for shuffle in (False, "global"):
+            for workers in (0, 2):
+                rates: dict[str, list[float]] = {way: [] for way in _SELECT_WAYS}
+                ways = list(_SELECT_WAYS)
+                for round_ in range(repeats + 1):  # round 0 warms up
+                    for way in ways[round_ % 3 :] + ways[: round_ % 3]:
+                        dataset = tt.TFRecordDataset(
+                            paths, spec=SPECS[name], batch_size=BATCH, shuffle=shuffle, drop_last=False,
+                            **_SELECT_WAYS[way],
+                        )  # fmt: skip
+                        start = time.perf_counter()
+                        n = count(DataLoader(dataset, batch_size=None, num_workers=workers))
+                        if round_:
+                            rates[way].append(n / (time.perf_counter() - start))
+                half = rates["random half"]
+                over = [
+                    statistics.median(a / b for a, b in zip(half, rates[way], strict=True))
+                    for way in ("whole", "as long")
+                ]
+                row = f"{name:6} {shuffle!s:7} {workers:>7} {statistics.median(half):>11,.0f}"
+                whole, same = statistics.median(rates["whole"]), statistics.median(rates["as long"])
+                print(f"{row} {whole:>10,.0f} {same:>10,.0f} {over[0]:>10.3f} {over[1]:>12.3f}")
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
+
 def telemetry_cpu(n: int = 200_000) -> None:
     """The telemetry's own CPU per batch (the loop's meter and three stages, as a batch-mode batch
     counts them) and per sample (sample mode's meter), on and off: best of 5 loops of ``n``. On a
@@ -443,6 +488,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tf-python", help="a Python with TensorFlow: the table against it instead")
     parser.add_argument("--telemetry", action="store_true", help="what the load telemetry costs, instead")
+    parser.add_argument("--select", action="store_true", help="what reading a selection costs, instead")
     parser.add_argument(
         "--workers-only",
         action="store_true",
@@ -465,6 +511,9 @@ def main() -> None:
     if args.telemetry:
         telemetry_cpu()
         telemetry_overhead(datasets, args.repeats)
+        return
+    if args.select:
+        selection_cost(datasets, args.repeats)
         return
     for name, paths in datasets.items():
         timed(lambda: ours_batches(paths, name, 0, False), 1)  # warm the page cache
