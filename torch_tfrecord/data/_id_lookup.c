@@ -6,8 +6,9 @@
  */
 #include "_id_lookup.h"
 
-/* take_ids(table, places, out) -> int: out[i] = table[places[i]] for each i; -1 when every place
- * lies in [0, len(table)), else the first i whose place does not (out then holds garbage). */
+/* take_ids(table, places, out) -> int: out[i] = table[places[i]] for each i (C-contiguous int64
+ * arrays of any shape, read as flat); -1 when every place lies in [0, len(table)), else the first
+ * i whose place does not (out then holds garbage). */
 static PyObject *py_take_ids(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *table_obj, *places_obj, *out_obj;

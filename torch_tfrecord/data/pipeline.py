@@ -159,12 +159,14 @@ class BatchDecoder:
         scratch, self._scratch = self._scratch or bytearray(), None
         try:
             token = begin()
+            # A selection's records: read from its files by their record ids (mapped once a batch).
+            files = self.files.base if isinstance(self.files, SelectedFiles) else self.files
             try:
-                buffer, starts, sizes = self.files.read_framed(ids, scratch)
+                buffer, starts, sizes = files.read_framed(self.file_ids(ids), scratch)
             except BatchReadFailed:
                 return None  # the per-record read names the record and why
             scratch = buffer
-            token = lap(READ, token, self.files.read_bytes)
+            token = lap(READ, token, files.read_bytes)
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps
                 # a view of the buffer once this returns.

@@ -92,7 +92,7 @@ class SelectedFiles(RecordFiles):
             listed = self._listed = ids.ids()
         if listed is not None and _native is not None:
             found = np.empty_like(array)
-            if _native.take_ids(listed, array.reshape(-1), found.reshape(-1)) >= 0:
+            if _native.take_ids(listed, array, found) >= 0:
                 raise IndexError(f"record ids must lie in [0, {self._count}) (the selected records)")
         else:
             if array.size and (array.min() < 0 or array.max() >= self._count):
