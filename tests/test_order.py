@@ -70,6 +70,8 @@ def test_the_compiled_permutation_is_the_numpy_one(
     keys = [mix_seed(seed, round_) for round_ in range(4)]
     compiled = native_order._walk(positions, half_bits, keys, n)
     assert np.array_equal(compiled, native_order._walk(positions, half_bits, keys, n, native=False))
+    if half_bits <= 31:  # the compiled scalar loop too, where the AVX-512 one ran
+        assert np.array_equal(compiled, _scalar_walk(positions, half_bits, keys, n))
     windows = (positions % np.uint64(window)).astype(np.uint64)
     within = positions % np.uint64(min(window, n))
     half = max(1, ((min(window, n) - 1).bit_length() + 1) // 2)
@@ -77,6 +79,27 @@ def test_the_compiled_permutation_is_the_numpy_one(
         native_order._walk(within, half, keys, min(window, n), windows),
         native_order._walk(within, half, keys, min(window, n), windows, native=False),
     )
+
+
+def _scalar_walk(positions: np.ndarray, half_bits: int, keys: list[int], n: int) -> np.ndarray:
+    values = positions.astype(np.uint64)
+    key_words = np.asarray(keys, dtype=np.uint64).view(np.int64)
+    native_order._native.feistel(values.view(np.int64), half_bits, key_words, n, None, False)
+    return values
+
+
+@pytest.mark.parametrize("n", [2, 7, 80_000, 160_000, 1_000_003, 4**15])
+def test_the_vectorised_permutation_is_the_scalar_one_and_numpys(n: int) -> None:
+    """Thousands of values (eight a vector, the rest one by one), long walks (n just above a
+    power of four) and short ones: the AVX-512 loop, the scalar one and numpy agree."""
+    if native_order._native is None:
+        pytest.skip("the extension is not built")
+    positions = np.random.default_rng(n).integers(0, n, 10_007).astype(np.uint64)
+    half_bits = max(1, ((n - 1).bit_length() + 1) // 2)
+    keys = [mix_seed(n, round_) for round_ in range(4)]
+    compiled = native_order._walk(positions, half_bits, keys, n)
+    assert np.array_equal(compiled, _scalar_walk(positions, half_bits, keys, n))
+    assert np.array_equal(compiled, native_order._walk(positions, half_bits, keys, n, native=False))
 
 
 def test_the_compiled_permutation_refuses_values_outside_its_range() -> None:

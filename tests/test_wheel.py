@@ -158,6 +158,7 @@ def test_the_installed_wheel_reads_as_the_editable_build(venv: Path, tmp_path: P
     assert editable_paths["native"].startswith(str(ROOT)), editable_paths
     # The CPU's features, as the build from source finds them (zig's runtime once said none).
     assert wheel_paths["hw_crc"] == editable_paths["hw_crc"]
+    assert wheel_paths["permutation_avx512"] == editable_paths["permutation_avx512"]
     assert wheel_paths["native_resize"] == _has_avx2()
     if editable_paths["roi_jpeg"] is not None:
         assert wheel_paths["native_resize"] == editable_paths["native_resize"]

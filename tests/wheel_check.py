@@ -68,6 +68,7 @@ def main() -> None:
         "decoder": native.decoder(),
         "native": getattr(extension.compiled, "__file__", None),
         "hw_crc": bool(getattr(extension.compiled, "HW_CRC", False)),
+        "permutation_avx512": bool(getattr(extension.compiled, "PERMUTATION_AVX512", False)),
         "roi_jpeg": getattr(image_roi.compiled, "__file__", None),
         "native_resize": image_roi.resizes_fast(),
     }

@@ -64,7 +64,12 @@ def _native_decoder() -> FastPath:
     if os.environ.get(extension.ENV_VAR, "").strip().lower() == "python":
         return FastPath(False, f"{extension.ENV_VAR}=python turns it off", f"unset {extension.ENV_VAR}")
     crc = "the SSE4.2 instruction" if compiled.HW_CRC else "tables (this CPU has no SSE4.2 CRC32)"
-    return FastPath(True, f"{_loaded_from(compiled)}; CRC32C with {crc}")
+    shuffle = (
+        "eight values at a time (AVX-512)"
+        if getattr(compiled, "PERMUTATION_AVX512", 0)
+        else "one value at a time (this CPU has no AVX-512)"
+    )
+    return FastPath(True, f"{_loaded_from(compiled)}; CRC32C with {crc}; the shuffles' permutation {shuffle}")
 
 
 def _roi_jpeg() -> FastPath:
