@@ -19,6 +19,7 @@ A simulated start at 100,000 shards (no server): a manifest of 100,000 shards of
 it and the plan of a first global-shuffle batch computed; time and the process's peak memory.
 
     python benchmarks/bench_startup.py [--shards 2000 20000] [--latency-ms 20] [--ranks 1 8]
+        [--sources manifest beside none] [--simulate 100000]
 """
 
 from __future__ import annotations
@@ -132,6 +133,13 @@ def main() -> None:
     parser.add_argument(
         "--simulate", type=int, default=100_000, help="shards of the simulated start (0: none)"
     )
+    parser.add_argument(
+        "--sources",
+        nargs="+",
+        choices=("manifest", "beside", "none"),
+        default=["manifest", "beside", "none"],
+        help="which sources: the manifest, a glob with the manifest beside it, a glob without one",
+    )
     args = parser.parse_args()
 
     import fsspec
@@ -149,11 +157,13 @@ def main() -> None:
                 options = s3_options(proxy.url)
                 base = f"s3://bench{shards}/d"
                 runs = [
-                    ("the manifest", f"{base}/train.manifest.json", True),
-                    ("a glob, manifest beside", f"{base}/train-*.tfrecord", True),
-                    ("a glob, no manifest", f"{base}/train-*.tfrecord", False),
+                    ("manifest", "the manifest", f"{base}/train.manifest.json", True),
+                    ("beside", "a glob, manifest beside", f"{base}/train-*.tfrecord", True),
+                    ("none", "a glob, no manifest", f"{base}/train-*.tfrecord", False),
                 ]
-                for label, source, manifest in runs:
+                for key, label, source, manifest in runs:
+                    if key not in args.sources:
+                        continue
                     if not manifest:
                         fs.rm(f"bench{shards}/d/train.manifest.json")
                     for shuffle in ("global", "shards"):
