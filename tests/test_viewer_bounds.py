@@ -201,6 +201,35 @@ def test_the_walker_refuses_what_protobuf_refuses(noise: bytes, seed: int) -> No
             assert accepted or describe_feature_lists(payload) is None, payload
 
 
+def _ld(field: int, payload: bytes) -> bytes:
+    assert len(payload) < 128
+    return bytes([field << 3 | 2, len(payload)]) + payload
+
+
+@pytest.mark.parametrize(
+    ("kind_field", "values", "expected"),
+    [
+        (1, bytes([0x08, 0x02]) + b"xy" + _ld(1, b""), ("bytes", [b""])),  # found by fuzz_wire in CI
+        (1, bytes([0x0D]) + b"abcd" + _ld(1, b"hi"), ("bytes", [b"hi"])),
+        (2, bytes([0x08, 0x05]) + _ld(1, bytes([0, 0, 0x80, 0x3F])), ("float", [1.0])),
+        (2, bytes([0x09]) + bytes(8), ("float", [])),
+        (3, bytes([0x0D]) + bytes([1, 0, 0, 0]) + bytes([0x08, 0x07]), ("int64", [7])),
+        (3, bytes([0x09]) + bytes(8), ("int64", [])),
+    ],
+    ids=["bytes+varint", "bytes+fixed32", "float+varint", "float+fixed64", "int64+fixed32", "int64+fixed64"],
+)
+def test_a_list_value_of_another_wire_type_is_an_unknown_field(
+    kind_field: int, values: bytes, expected: tuple[str, list[Any]]
+) -> None:
+    """A value list whose field 1 comes with another wire type (a bytes value as a varint, an
+    int64 as fixed32...): protobuf keeps it aside as an unknown field and reads the rest; the
+    walker did refuse the record."""
+    payload = _ld(1, _ld(1, _ld(1, b"f") + _ld(2, _ld(kind_field, values))))
+    assert describe_record(payload) == {"f": expected}
+    found = _walk(payload)
+    assert found.features == {"f": expected} and found.counts == {"f": len(expected[1])}
+
+
 def test_counts_past_what_is_kept() -> None:
     payload = encode_example({"ids": list(range(3000)), "names": [b"n"] * 3000})
     found = _walk(payload, keep=10)

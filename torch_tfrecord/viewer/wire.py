@@ -203,8 +203,8 @@ def _values(cursor: _Cursor, kind: str, end: int, found: Described, keep: int) -
             value = _int64(cursor.varint())
             values.extend([value] if room > 0 else [])
             count += 1
-        else:
-            raise WireError(f"a {kind} list holds wire type {wire_type} (byte {cursor.position})")
+        else:  # a value of another wire type: an unknown field to protobuf, which keeps it aside
+            cursor.skip_value(field, wire_type, end)
     found.kept += 8 * len(values) if kind != "bytes" else 0
     return values, count
 
