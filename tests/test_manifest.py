@@ -277,3 +277,16 @@ def test_a_manifest_round_trips_and_any_cut_of_it_is_refused_by_name(
     if cut < len(data) - 2:  # a manifest cut short (its end is a newline after the closing brace)
         with pytest.raises(tt.IndexFormatError, match="train.manifest.json"):
             decode_manifest(data[:cut], location)
+
+
+@pytest.mark.parametrize("spec", [{"label": "@"}, {"@": {"format": "@"}}, {"keys": ["@", '"@"']}])
+def test_a_saved_spec_is_written_as_it_is_whatever_it_holds(spec: dict[str, object]) -> None:
+    """The shards were written in place of a placeholder string, "@", replaced after the JSON was
+    made: a saved spec holding that string got the shard list in its place (found by fuzz_manifest)."""
+    from torch_tfrecord.records.manifest import Manifest, ManifestShard, encode_manifest
+
+    location = "memory://bucket/data/train.manifest.json"
+    manifest = Manifest(
+        location, (ManifestShard("a.tfrecord", 40, 2, "e", "a.tfrecord.idx", ""),), "t.npz", spec
+    )
+    assert decode_manifest(encode_manifest(manifest), location) == manifest

@@ -119,13 +119,14 @@ def encode_manifest(manifest: Manifest) -> bytes:
         json.dumps({k: v for k, v in dataclasses.asdict(shard).items() if v != ""}, sort_keys=True)
         for shard in manifest.shards
     ]
-    head: dict[str, Any] = {"format": FORMAT, "shards": "@"}
-    if manifest.tables:
-        head["tables"] = manifest.tables
+    # Written member by member, in the order of their names (a placeholder for the shards,
+    # replaced after json.dumps, also replaced that text inside a saved spec).
+    members = [f'"format": {json.dumps(FORMAT)}', '"shards": [\n  ' + ",\n  ".join(shards) + "\n]"]
     if manifest.spec is not None:
-        head["spec"] = manifest.spec
-    text = json.dumps(head, sort_keys=True).replace('"@"', "[\n  " + ",\n  ".join(shards) + "\n]")
-    return (text + "\n").encode()
+        members.append(f'"spec": {json.dumps(manifest.spec, sort_keys=True)}')
+    if manifest.tables:
+        members.append(f'"tables": {json.dumps(manifest.tables)}')
+    return ("{" + ", ".join(members) + "}\n").encode()
 
 
 def _name(value: Any, where: str, what: str) -> str:
