@@ -4,6 +4,8 @@
 - :func:`gcs_emulator`: a GCS emulator (``gcp-storage-emulator``), in a child process.
 - :class:`FaultProxy`: an HTTP proxy in front of either that counts requests and, when told,
   answers some of them with a 503 or drops the connection without an answer.
+- :class:`RangedFileServer`: a folder's files over plain HTTP (ranged GETs, HEADs), with a
+  latency added to every request and the requests counted.
 
 Each server is started on a free port, waited for, and stopped by its PID.
 """
@@ -23,7 +25,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["FaultProxy", "free_port", "gcs_emulator", "moto_server", "s3_options"]
+__all__ = ["FaultProxy", "RangedFileServer", "free_port", "gcs_emulator", "moto_server", "s3_options"]
 
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -234,3 +236,83 @@ class FaultProxy:
             self.get_bytes = 0
             self.get_bytes_by_path.clear()
             self._gets = 0
+
+
+class RangedFileServer:
+    """The files of ``folder`` over HTTP on 127.0.0.1, as a static file host or a bucket's HTTP
+    endpoint serves them: GET (whole, or one ``Range: bytes=a-b``), HEAD (size and an ETag of the
+    size and modification time); 404 for anything else (no folder listings). ``latency`` seconds
+    are added to every request; ``requests`` counts them by method. A context manager: serves
+    in threads from ``__enter__`` (``url`` is its root) to ``__exit__``."""
+
+    def __init__(self, folder: str, *, latency: float = 0.0) -> None:
+        self.folder = os.path.realpath(folder)
+        self.latency = latency
+        self.requests: dict[str, int] = {}
+        self._lock = threading.Lock()
+        served = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def _answer(self, body: bool) -> None:
+                with served._lock:
+                    served.requests[self.command] = served.requests.get(self.command, 0) + 1
+                if served.latency:
+                    time.sleep(served.latency)
+                path = os.path.realpath(os.path.join(served.folder, self.path.split("?")[0].lstrip("/")))
+                if not path.startswith(served.folder + os.sep) or not os.path.isfile(path):
+                    self.send_response(404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                status = os.stat(path)
+                start, stop = 0, status.st_size
+                ranged = self.headers.get("Range", "")
+                if body and ranged.startswith("bytes="):
+                    first, _, last = ranged.removeprefix("bytes=").partition("-")
+                    start = int(first) if first else max(0, status.st_size - int(last))
+                    stop = min(status.st_size, int(last) + 1) if first and last else status.st_size
+                    if start >= stop:
+                        self.send_response(416)
+                        self.send_header("Content-Range", f"bytes */{status.st_size}")
+                        self.send_header("Content-Length", "0")
+                        self.end_headers()
+                        return
+                self.send_response(206 if body and ranged else 200)
+                self.send_header("Content-Length", str(stop - start))
+                self.send_header("Accept-Ranges", "bytes")
+                self.send_header("ETag", f'"{status.st_size:x}-{status.st_mtime_ns:x}"')
+                if body and ranged:
+                    self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{status.st_size}")
+                self.end_headers()
+                if body:
+                    with open(path, "rb") as handle:
+                        handle.seek(start)
+                        self.wfile.write(handle.read(stop - start))
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="ranged files", daemon=True)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests = {}
+
+    def __enter__(self) -> RangedFileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

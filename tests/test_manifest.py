@@ -195,6 +195,27 @@ def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_witho
         assert sorted(_ids(dataset)) == expected
 
 
+def test_a_manifest_over_plain_http_is_read_and_checked_shard_by_shard(tmp_path: Path) -> None:
+    """A web server has no folder listing: the 404 for the manifest's folder read as an empty
+    folder, so every shard "did not exist (moved?)" and a manifest on a static host or a
+    bucket's HTTPS endpoint could not be read. Now each shard is checked when first opened."""
+    pytest.importorskip("aiohttp")
+    from remote_servers import RangedFileServer
+
+    _write(tmp_path / "train")
+    with RangedFileServer(str(tmp_path)) as server:
+        named = f"{server.url}/train.manifest.json"
+        dataset = tt.TFRecordDataset(named, spec=SPEC, batch_size=8, drop_last=False, cache_dir=False)
+        assert server.requests == {"GET": 2}, server.requests  # the manifest, its tables: no listing
+        assert sorted(_ids(dataset)) == list(range(100))
+        assert server.requests["HEAD"] == 4  # each shard checked once, when first opened
+        with open(tmp_path / "train-00002-of-00004.tfrecord", "ab") as handle:  # it grew since
+            handle.write(b"\0" * 16)
+        stale = tt.TFRecordDataset(named, spec=SPEC, batch_size=8, shuffle=False, cache_dir=False)
+        with pytest.raises(tt.StaleIndexError, match=r"train-00002-of-00004.*train\.manifest\.json"):
+            _ids(stale)
+
+
 def test_from_tfds_and_the_viewer_take_a_manifest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TFDS directory described by `tfrecord-index manifest`: from_tfds reads its shards' sizes and
     counts from it (each index fetched, or scanned, when its shard is first read); the viewer lists

@@ -227,12 +227,17 @@ def _listing_beside(manifest: Manifest, storage_options: StorageOptions) -> Sour
         return None
     if any(path.rsplit("/", 1)[0] != folder for path in paths):
         return None
+    fs, _ = remote.filesystem(folder, storage_options)
+    protocols = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    if {"http", "https"} & set(protocols):
+        # A web server has no listing of a folder (at most a page of links, or a 404 that would
+        # read as an empty folder): each shard is checked when opened.
+        return None
     try:
         listed = remote.expand(f"{folder}/*", storage_options)
     except (OSError, ValueError, NotImplementedError) as error:
         logger.info("the folder of %r was not listed (each shard is checked when opened): %s", folder, error)
         return None
-    fs, _ = remote.filesystem(folder, storage_options)
 
     def listed_as(url: str) -> str:  # (a listing spells a URL its file system's way)
         return fs.unstrip_protocol(fs._strip_protocol(url))  # type: ignore[no-any-return]
