@@ -19,7 +19,11 @@ A simulated start at 100,000 shards (no server): a manifest of 100,000 shards of
 it and the plan of a first global-shuffle batch computed; time and the process's peak memory.
 
     python benchmarks/bench_startup.py [--shards 2000 20000] [--latency-ms 20] [--ranks 1 8]
-        [--sources manifest beside none] [--simulate 100000]
+        [--sources manifest beside none] [--simulate 100000] [--server s3|http]
+
+``--server http`` serves the shards' folder over plain HTTP instead (ranged GETs and HEADs, no
+listing; the latency added by the server itself), the setup of issue 45: the manifest is then
+the only source (a glob cannot be expanded over HTTP).
 """
 
 from __future__ import annotations
@@ -125,6 +129,32 @@ print(json.dumps({"built": built, "planned": planned, "records": ds.num_records,
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
+def over_http(counts: list[int], latency: float, ranks_run: list[int]) -> None:
+    """The manifest's rows with the shards on a plain HTTP server (the issue's setup)."""
+    from remote_servers import RangedFileServer
+
+    for shards in counts:
+        with tempfile.TemporaryDirectory() as folder:
+            write_shards(folder, shards)
+            with RangedFileServer(folder, latency=latency) as server:
+                for shuffle in ("global", "shards"):
+                    for ranks in ranks_run:
+                        with tempfile.TemporaryDirectory() as cache:
+                            row = start_ranks(
+                                server,
+                                f"{server.url}/train.manifest.json",
+                                {},
+                                ranks,
+                                shuffle,
+                                cache if ranks > 1 else None,
+                            )
+                        print(
+                            f"{shards:>7} {'the manifest, over HTTP':<26} {shuffle:<8} {ranks:>5} "
+                            f"{row['built']:>8.2f} {row['first']:>11.2f} {row['requests']:>13.0f}",
+                            flush=True,
+                        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, nargs="+", default=[2000, 20000])
@@ -140,6 +170,13 @@ def main() -> None:
         default=["manifest", "beside", "none"],
         help="which sources: the manifest, a glob with the manifest beside it, a glob without one",
     )
+    parser.add_argument(
+        "--server",
+        choices=("s3", "http"),
+        default="s3",
+        help="s3: moto behind the latency proxy; http: the files over plain HTTP (ranged GETs, no "
+        "listing), the latency added by the server (the manifest is then the only source)",
+    )
     args = parser.parse_args()
 
     import fsspec
@@ -148,6 +185,9 @@ def main() -> None:
     print(f"latency {args.latency_ms:g} ms a request; {PER_SHARD} records a shard; batch {BATCH}; world of 8")
     columns = ("shards", "source", "shuffle", "ranks", "built s", "1st batch s", "requests/rank")
     print("{:>7} {:<26} {:<8} {:>5} {:>8} {:>11} {:>13}".format(*columns))
+    if args.server == "http":
+        over_http(args.shards, args.latency_ms / 1000, args.ranks)
+        args.shards = []
     for shards in args.shards:
         with tempfile.TemporaryDirectory() as folder, moto_server() as endpoint:
             write_shards(folder, shards)
