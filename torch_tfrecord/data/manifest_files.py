@@ -5,8 +5,9 @@ With one, a dataset starts with O(1) requests: the shards' sizes, versions and r
 from the manifest, their index tables from the zipped tables beside it or, per shard, when the
 shard is first read. What the manifest says is checked where it can be: a local shard's size at
 once, a remote one's size and version against one listing of the manifest's folder when the
-dataset is built (a manifest of at most :data:`LISTED_CHECK_SHARDS` shards, all beside it), else
-when the shard is first opened (a lookup each), each table against its shard.
+dataset is built (a manifest of at most :data:`LISTED_CHECK_SHARDS` shards, all beside it, on a
+store that lists folders: not a plain HTTP server), else when the shard is first opened (a lookup
+each), each table against its shard.
 """
 
 from __future__ import annotations
