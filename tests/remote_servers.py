@@ -242,13 +242,16 @@ class RangedFileServer:
     """The files of ``folder`` over HTTP on 127.0.0.1, as a static file host or a bucket's HTTP
     endpoint serves them: GET (whole, or one ``Range: bytes=a-b``), HEAD (size and an ETag of the
     size and modification time); 404 for anything else (no folder listings). ``latency`` seconds
-    are added to every request; ``requests`` counts them by method. A context manager: serves
+    are added to every request; ``requests`` counts them by method, ``most_at_once`` is the most
+    answered at the same time. A context manager: serves
     in threads from ``__enter__`` (``url`` is its root) to ``__exit__``."""
 
     def __init__(self, folder: str, *, latency: float = 0.0) -> None:
         self.folder = os.path.realpath(folder)
         self.latency = latency
         self.requests: dict[str, int] = {}
+        self.most_at_once = 0  # the most requests answered at the same time
+        self._at_once = 0
         self._lock = threading.Lock()
         served = self
 
@@ -261,6 +264,15 @@ class RangedFileServer:
             def _answer(self, body: bool) -> None:
                 with served._lock:
                     served.requests[self.command] = served.requests.get(self.command, 0) + 1
+                    served._at_once += 1
+                    served.most_at_once = max(served.most_at_once, served._at_once)
+                try:
+                    self._serve(body)
+                finally:
+                    with served._lock:
+                        served._at_once -= 1
+
+            def _serve(self, body: bool) -> None:
                 if served.latency:
                     time.sleep(served.latency)
                 path = os.path.realpath(os.path.join(served.folder, self.path.split("?")[0].lstrip("/")))
@@ -307,7 +319,7 @@ class RangedFileServer:
 
     def reset(self) -> None:
         with self._lock:
-            self.requests = {}
+            self.requests, self.most_at_once = {}, 0
 
     def __enter__(self) -> RangedFileServer:
         self._thread.start()

@@ -78,13 +78,22 @@ class ShardPool:
             if source is not None:
                 opened.move_to_end(shard)
                 return source
-            if len(opened) >= CAPS[_kind(spec)]:
-                oldest, evicted = opened.popitem(last=False)
-                self.forget_local(oldest)
-                evicted.close()
-            source = open_source(spec, self.storage, window=self.window)
-            opened[shard] = source
-            return source
+        # Opened without the lock: opening may take a request (a remote shard checked against
+        # its manifest), and the threads reading a batch's shards would wait for each other's
+        # (64 shards at 20 ms: 1.3 s, where they overlap in 0.1 s).
+        fresh = open_source(spec, self.storage, window=self.window)
+        with self._guard():
+            source = opened.get(shard)
+            if source is None:  # (else another thread opened it meanwhile: theirs is kept)
+                if len(opened) >= CAPS[_kind(spec)]:
+                    oldest, evicted = opened.popitem(last=False)
+                    self.forget_local(oldest)
+                    evicted.close()
+                opened[shard] = source = fresh
+                return source
+            opened.move_to_end(shard)
+        fresh.close()
+        return source
 
     def open_local(self, shard: int) -> bool:
         """Opens shard ``shard`` for the native batch read: False when it is not a local file now
