@@ -49,8 +49,10 @@ start = time.perf_counter()
 ds = tt.TFRecordDataset(source, spec={"id": tt.FixedLen((), torch.int64)}, batch_size=64, rank=rank,
                         world_size=world, shuffle=shuffle, storage_options=options, cache_dir=cache or False)
 built = time.perf_counter() - start
-next(iter(ds))
-print(json.dumps({"built": built, "first": time.perf_counter() - start}))
+loop = iter(ds)
+next(loop)  # (timed when it returns: not when the loop, closed, has ended the batches loading ahead)
+print(json.dumps({"built": built, "first": time.perf_counter() - start}), flush=True)
+sys.stdin.readline()  # the requests are counted once every rank has its first batch
 """
 
 
@@ -71,12 +73,14 @@ def start_ranks(
     proxy: Any, source: str, options: dict[str, Any], ranks: int, shuffle: Any, cache: str | None
 ) -> dict[str, float]:
     """``ranks`` processes started together (rank 0..ranks-1 of 8); the slowest's times and the
-    requests per process."""
+    requests per process up to the moment the last of them has its first batch (what the ranks
+    load ahead after their first batch is in it as far as it has gone by then)."""
     proxy.reset()
     world = 8
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", _RANK, json.dumps([source, options, rank, world, shuffle, cache])],
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -84,11 +88,15 @@ def start_ranks(
     ]
     results = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=900)
-        if proc.returncode != 0:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line:
+            out, _ = proc.communicate(timeout=900)
             raise RuntimeError(f"a rank failed: {out}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
+        results.append(json.loads(line))
     requests = sum(proxy.requests.values())
+    for proc in procs:
+        proc.communicate("\n", timeout=900)
     return {
         "built": max(r["built"] for r in results),
         "first": max(r["first"] for r in results),
