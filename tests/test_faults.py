@@ -228,7 +228,17 @@ def test_writer_killed_mid_shard(tmp_path: Path, mode: str) -> None:
     )
     assert process.stdout is not None
     finished = [int(process.stdout.readline()) for _ in range(3)]
-    time.sleep(0.05)  # into the next shard
+    # Killed mid-shard for sure: stopped, and killed only if a shard's temporary file is there (a
+    # sleep "into the next shard" could land between one shard's rename and the next one's open,
+    # or before that open on a busy machine, and find no remains).
+    deadline = time.monotonic() + 60
+    while True:
+        process.send_signal(signal.SIGSTOP)
+        if any(p.name.startswith(".") and ".tmp-" in p.name for p in tmp_path.iterdir()):
+            break
+        process.send_signal(signal.SIGCONT)
+        assert time.monotonic() < deadline, "the writer was never caught with a shard under way"
+        time.sleep(0.01)
     process.kill()
     process.wait()
     final = sorted(p for p in tmp_path.iterdir() if not p.name.startswith("."))
