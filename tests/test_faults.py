@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -228,13 +229,15 @@ def test_writer_killed_mid_shard(tmp_path: Path, mode: str) -> None:
     )
     assert process.stdout is not None
     finished = [int(process.stdout.readline()) for _ in range(3)]
-    # Killed mid-shard for sure: stopped, and killed only if a shard's temporary file is there (a
-    # sleep "into the next shard" could land between one shard's rename and the next one's open,
-    # or before that open on a busy machine, and find no remains).
+    # Killed mid-shard for sure: stopped, and killed only once a later shard's temporary file is
+    # there (so the finished ones are closed; a sleep "into the next shard" could land between one
+    # shard's rename and the next one's open, or before the rotation on a busy machine).
+    later = re.compile(r"\.(?:part|train)-(\d+)\.tfrecord\.tmp-")
     deadline = time.monotonic() + 60
     while True:
         process.send_signal(signal.SIGSTOP)
-        if any(p.name.startswith(".") and ".tmp-" in p.name for p in tmp_path.iterdir()):
+        names = [later.match(p.name) for p in tmp_path.iterdir()]
+        if any(m is not None and int(m.group(1)) > finished[-1] for m in names):
             break
         process.send_signal(signal.SIGCONT)
         assert time.monotonic() < deadline, "the writer was never caught with a shard under way"
