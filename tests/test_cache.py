@@ -448,6 +448,35 @@ def test_a_download_killed_at_any_moment_leaves_nothing_read_as_data(
     assert path is not None and Path(path).read_bytes() == truth
 
 
+def test_a_small_object_of_unknown_version_is_cached_with_one_request(tmp_path: Path) -> None:
+    """One GET, a byte longer than the object, says its size: no second request to check it
+    (a manifest written beside local files knows no versions); a version known is compared by a
+    second request, as before; an object that grew or shrank since it was listed is refused."""
+    from remote_servers import RangedFileServer
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    truth = bytes(range(256)) * 12
+    (folder / "a.tfrecord").write_bytes(truth)
+    with RangedFileServer(str(folder)) as server:
+        url = f"{server.url}/a.tfrecord"
+        path = download(ShardCache(str(tmp_path / "c1")), url, len(truth), "", {})
+        assert path is not None and Path(path).read_bytes() == truth
+        assert server.requests == {"GET": 1}
+        server.reset()
+        version = file_version(remote.file_info(url, {}))
+        assert version  # (the server's ETag)
+        server.reset()
+        path = download(ShardCache(str(tmp_path / "c2")), url, len(truth), version, {})
+        assert path is not None and Path(path).read_bytes() == truth
+        assert server.requests == {"GET": 1, "HEAD": 1}
+        for listed, word in ((len(truth) - 1, "more"), (len(truth) + 1, "fewer")):
+            cache = ShardCache(str(tmp_path / f"c{listed}"))
+            with pytest.raises(tt.RemoteIOError, match=f"a.tfrecord.*has {word} than the {listed} bytes"):
+                download(cache, url, listed, "", {})
+            assert cache.lookup(url, listed, "") is None and not list(cache.entries())
+
+
 def test_a_download_that_ends_while_a_reader_looks_is_read_from_the_copy(
     s3: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -65,10 +65,13 @@ def download(
 
     The bytes go to ``KEY.part`` in growing ranged requests (retried), and become the copy by a
     rename once their size and (``recheck``) the object's version (ETag, generation) are
-    checked again: one more lookup, which a small file read whole in one request can spare.
+    checked again: one more lookup, which a small file read whole in one request can spare,
+    and which is spared where the version is not known (a manifest written beside local
+    files): one request, one byte longer than the object, then says its size.
 
     Raises:
-        RemoteIOError: the object changed (size or version) while it was fetched.
+        RemoteIOError: the object changed (size or version) since it was listed, or while it was
+            fetched.
     """
     if cache.disabled is not None:
         return None
@@ -83,7 +86,8 @@ def download(
         if not cache.reserve(url, size, version, now):
             return None
         try:
-            _fetch(cache, key, url, size, storage_options, counter)
+            in_one = _fetch(cache, key, url, size, storage_options, counter)
+            recheck = recheck and not (in_one and not version)  # (its size: checked by the fetch)
             info = file_info(url, storage_options) if recheck else {"size": size}
             if int(info["size"]) != size or (recheck and file_version(info) != version):
                 raise RemoteIOError(
@@ -108,24 +112,35 @@ def _fetch(
     size: int,
     storage_options: StorageOptions,
     counter: RequestCounter | None,
-) -> None:
+) -> bool:
+    """Writes the object's ``size`` bytes to its part file; True when one request brought them
+    and said the object's size: an object of at most _FIRST_CHUNK bytes is asked for one byte
+    more than it holds (a store answers a range past the end with the bytes there are)."""
     fs, path = filesystem(url, storage_options)
     position, chunk = 0, _FIRST_CHUNK
+    in_one = size <= _FIRST_CHUNK
     with os.fdopen(cache.create_part(key), "wb", buffering=0) as out:
         while position < size:
             start, end = position, min(size, position + chunk)
+            asked = end + 1 if in_one else end
 
-            def get(start: int = start, end: int = end) -> bytes:
+            def get(start: int = start, end: int = asked) -> bytes:
                 if counter is not None:
                     counter.add(1)
                 return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
 
             data = retrying(get, url, f"caching bytes {start}..{end}")
+            if in_one and len(data) != size:
+                raise RemoteIOError(
+                    f"{url!r} has {'more' if len(data) > size else 'fewer'} than the {size} bytes it had "
+                    "when it was listed (it changed since)"
+                )
             if len(data) != end - start:
                 raise RemoteIOError(f"{url!r} is shorter than {size} bytes (it changed while being cached)")
             with writing(repr(cache.part_path(key))):
                 out.write(data)
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
+    return in_one
 
 
 def read_through(
