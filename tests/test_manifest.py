@@ -195,31 +195,51 @@ def test_a_rank_starts_with_a_few_requests_from_a_manifest_and_one_a_shard_witho
         assert sorted(_ids(dataset)) == expected
 
 
-def test_a_manifest_over_plain_http_is_read_and_checked_shard_by_shard(tmp_path: Path) -> None:
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_manifest_over_plain_http_is_read_and_checked_shard_by_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, whole: bool
+) -> None:
     """A web server has no folder listing: the 404 for the manifest's folder read as an empty
     folder, so every shard "did not exist (moved?)" and a manifest on a static host or a
-    bucket's HTTPS endpoint could not be read. Now each shard is checked when first opened."""
+    bucket's HTTPS endpoint could not be read. Now each shard is checked when first opened: a
+    small one (``whole``) by the one request that fetches it whole (its size said by asking a
+    byte more), a larger one by a HEAD before its ranges are read."""
     pytest.importorskip("aiohttp")
     from remote_servers import RangedFileServer
 
+    from torch_tfrecord.records import sources
+
+    if not whole:
+        monkeypatch.setattr(sources, "WHOLE_BYTES", 16)  # (every shard larger)
     _write(tmp_path / "train")
     with RangedFileServer(str(tmp_path)) as server:
         named = f"{server.url}/train.manifest.json"
         dataset = tt.TFRecordDataset(named, spec=SPEC, batch_size=8, drop_last=False, cache_dir=False)
         assert server.requests == {"GET": 2}, server.requests  # the manifest, its tables: no listing
         assert sorted(_ids(dataset)) == list(range(100))
-        assert server.requests["HEAD"] == 4  # each shard checked once, when first opened
+        if whole:  # each shard fetched whole, once, when first opened: nothing else asked
+            assert server.requests == {"GET": 2 + 4}, server.requests
+        else:  # each shard checked once, when first opened
+            assert server.requests["HEAD"] == 4, server.requests
         with open(tmp_path / "train-00002-of-00004.tfrecord", "ab") as handle:  # it grew since
             handle.write(b"\0" * 16)
+        stale = tt.TFRecordDataset(named, spec=SPEC, batch_size=8, shuffle=False, cache_dir=False)
+        with pytest.raises(
+            tt.StaleIndexError, match=r"train-00002-of-00004.*train\.manifest\.json"
+        ) as caught:
+            _ids(stale)
+        assert ("more than" in str(caught.value)) == whole
+        with open(tmp_path / "train-00002-of-00004.tfrecord", "r+b") as handle:  # shorter than it was
+            handle.truncate(os.path.getsize(tmp_path / "train-00002-of-00004.tfrecord") - 40)
         stale = tt.TFRecordDataset(named, spec=SPEC, batch_size=8, shuffle=False, cache_dir=False)
         with pytest.raises(tt.StaleIndexError, match=r"train-00002-of-00004.*train\.manifest\.json"):
             _ids(stale)
 
 
 def test_the_shards_of_a_batch_are_opened_at_the_same_time(tmp_path: Path) -> None:
-    """Opening a shard of an HTTP manifest takes a request (its check); the pool opened each under
-    its lock, so the threads reading a batch's shards took turns (64 shards at 20 ms: 1.3 s
-    before their reads). Now the checks overlap."""
+    """Opening a shard of an HTTP manifest takes a request (its check, or the small shard fetched
+    whole); the pool opened each under its lock, so the threads reading a batch's shards took
+    turns (64 shards at 20 ms: 1.3 s before their reads). Now the opens overlap."""
     pytest.importorskip("aiohttp")
     from remote_servers import RangedFileServer
 
@@ -229,7 +249,7 @@ def test_the_shards_of_a_batch_are_opened_at_the_same_time(tmp_path: Path) -> No
         dataset = tt.TFRecordDataset(named, spec=SPEC, batch_size=40, cache_dir=False, prefetch=0)
         server.reset()
         assert sorted(_ids(dataset)) == list(range(40))  # one batch: a record of every shard
-        assert server.requests["HEAD"] == 8 and server.most_at_once >= 4, (
+        assert server.requests == {"GET": 8} and server.most_at_once >= 4, (
             server.requests,
             server.most_at_once,
         )

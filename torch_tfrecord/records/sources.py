@@ -49,6 +49,11 @@ ShardKind = Literal["local", "remote", "cached"]
 """Where a shard's stored bytes are read: a local file, a remote object by ranges, or a remote
 object through the node's cache (fetched whole once per node, then read as a local file)."""
 Int64Array = npt.NDArray[np.int64]
+WHOLE_BYTES = 64 << 10
+"""A remote shard of a manifest (read without the cache) of at most this many bytes, whose version
+the manifest does not know, is fetched whole when opened, by one request that also says its size:
+in place of a request to check it, then one for its records (neighbouring ranges this far apart
+share a request anyway)."""
 
 
 class BatchReadFailed(TFRecordError):
@@ -250,9 +255,17 @@ class RemoteSource(ShardSource):
 
     def __init__(self, spec: ShardSpec, storage: Storage) -> None:
         super().__init__(spec)
-        if spec.manifest:
-            check_described(spec, storage)
         self.file = RemoteFile(spec.path, spec.stored_size, storage.storage_options, counter=storage.requests)
+        if spec.manifest:
+            if spec.version or not 0 < spec.stored_size <= WHOLE_BYTES:
+                check_described(spec, storage)
+            else:  # its size checked by the one request that fetches it (no version to compare)
+                got = self.file.read_whole()
+                if got != spec.stored_size:
+                    from .manifest import stale_shard
+
+                    now = f"{got} bytes" if got < spec.stored_size else f"more than {spec.stored_size} bytes"
+                    raise stale_shard(spec.manifest, spec.path, f"{now}, not {spec.stored_size}")
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
         token = begin()
