@@ -7,7 +7,10 @@ counting proxy that adds a latency to every request, as an object store's time t
 ``TFRecordDataset(source, spec=..., batch_size=64, rank=r, world_size=8, cache_dir=...)`` and
 takes its first batch; the table gives the time to build the dataset, to the first batch, and
 the requests the proxy answered for that process (for 8 ranks on one node, started together:
-the slowest rank, and the requests per rank on average).
+the slowest rank, and the requests per rank on average), and the CPU seconds a rank spent from
+building the dataset to its first batch (the mean; its imports before are not in it): 8 ranks
+on a machine of fewer cores than ranks wait for each other's CPU, at least
+8 x that / the cores.
 
 Sources: the manifest itself (``s3://.../train.manifest.json``), the glob with the manifest
 beside it (found in the listing), and the glob without a manifest (one request per shard:
@@ -45,13 +48,14 @@ import json, sys, time
 import torch
 import torch_tfrecord as tt
 source, options, rank, world, shuffle, cache = json.loads(sys.argv[1])
-start = time.perf_counter()
+start, cpu = time.perf_counter(), time.process_time()
 ds = tt.TFRecordDataset(source, spec={"id": tt.FixedLen((), torch.int64)}, batch_size=64, rank=rank,
                         world_size=world, shuffle=shuffle, storage_options=options, cache_dir=cache or False)
 built = time.perf_counter() - start
 loop = iter(ds)
 next(loop)  # (timed when it returns: not when the loop, closed, has ended the batches loading ahead)
-print(json.dumps({"built": built, "first": time.perf_counter() - start}), flush=True)
+first, cpu = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({"built": built, "first": first, "cpu": cpu}), flush=True)
 sys.stdin.readline()  # the requests are counted once every rank has its first batch
 """
 
@@ -100,6 +104,7 @@ def start_ranks(
     return {
         "built": max(r["built"] for r in results),
         "first": max(r["first"] for r in results),
+        "cpu": sum(r["cpu"] for r in results) / ranks,
         "requests": requests / ranks,
     }
 
@@ -158,7 +163,8 @@ def over_http(counts: list[int], latency: float, ranks_run: list[int]) -> None:
                             )
                         print(
                             f"{shards:>7} {'the manifest, over HTTP':<26} {shuffle:<8} {ranks:>5} "
-                            f"{row['built']:>8.2f} {row['first']:>11.2f} {row['requests']:>13.0f}",
+                            f"{row['built']:>8.2f} {row['first']:>11.2f} {row['requests']:>13.0f} "
+                            f"{row['cpu']:>10.2f}",
                             flush=True,
                         )
 
@@ -191,8 +197,17 @@ def main() -> None:
     from remote_servers import FaultProxy, moto_server, s3_options
 
     print(f"latency {args.latency_ms:g} ms a request; {PER_SHARD} records a shard; batch {BATCH}; world of 8")
-    columns = ("shards", "source", "shuffle", "ranks", "built s", "1st batch s", "requests/rank")
-    print("{:>7} {:<26} {:<8} {:>5} {:>8} {:>11} {:>13}".format(*columns))
+    columns = (
+        "shards",
+        "source",
+        "shuffle",
+        "ranks",
+        "built s",
+        "1st batch s",
+        "requests/rank",
+        "CPU s/rank",
+    )
+    print("{:>7} {:<26} {:<8} {:>5} {:>8} {:>11} {:>13} {:>10}".format(*columns))
     if args.server == "http":
         over_http(args.shards, args.latency_ms / 1000, args.ranks)
         args.shards = []
@@ -222,7 +237,7 @@ def main() -> None:
                                 )
                             print(
                                 f"{shards:>7} {label:<26} {shuffle:<8} {ranks:>5} {row['built']:>8.2f} "
-                                f"{row['first']:>11.2f} {row['requests']:>13.0f}",
+                                f"{row['first']:>11.2f} {row['requests']:>13.0f} {row['cpu']:>10.2f}",
                                 flush=True,
                             )
     if args.simulate:
