@@ -448,6 +448,46 @@ def test_a_download_killed_at_any_moment_leaves_nothing_read_as_data(
     assert path is not None and Path(path).read_bytes() == truth
 
 
+def test_downloads_ahead_start_a_bounded_number_at_a_time_the_soonest_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a global shuffle every shard is needed from the epoch's start: the pool started a
+    download of every one at once (20,000 queued in a rank before its first batch, ~1 s of CPU).
+    Now at most FETCHES_STARTED are under way, the shards needed soonest first; more start as
+    those end, until every shard needed is fetched."""
+    from remote_servers import RangedFileServer
+
+    from torch_tfrecord.data import shard_pool
+    from torch_tfrecord.records.sources import ShardSpec, Storage
+
+    monkeypatch.setattr(shard_pool, "FETCHES_STARTED", 6)
+    folder = tmp_path / "served"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"s{i:02d}.tfrecord").write_bytes(bytes([i]) * 500)
+    with RangedFileServer(str(folder), latency=0.05) as server:
+        specs = [
+            ShardSpec(f"{server.url}/s{i:02d}.tfrecord", 500, "cached", "", 500) for i in range(40)
+        ]  # fmt: skip
+        pool = shard_pool.ShardPool(specs, Storage(cache=ShardCache(str(tmp_path / "cache"))))
+        order = random.Random(5).sample(range(40), 40)  # shard order[k] is first needed at k / 1000
+        pool.plan({shard: [(k / 1000, 0.9)] for k, shard in enumerate(order)}, 0.0)
+        assert sorted(pool._fetching) == sorted(order[:6])  # the six needed soonest, no more
+        assert sum(source.fetching() for source in pool.opened("cached").values()) == 6
+        fetched: list[int] = []
+        deadline = time.monotonic() + 60
+        now = 0.0
+        while len(fetched) < 40 and time.monotonic() < deadline:
+            time.sleep(0.02)
+            now += shard_pool.FETCH_AHEAD / 8
+            pool.advance(now % 0.5)  # (within every shard's use)
+            assert len(pool._fetching) <= 6
+            fetched = [i for i in range(40) if pool.storage.cache.lookup(specs[i].path, 500, "") is not None]
+        assert len(fetched) == 40
+        assert server.requests == {"GET": 40}  # each shard once: one request, a byte longer than it
+        assert server.most_at_once <= 6
+
+
 def test_a_small_object_of_unknown_version_is_cached_with_one_request(tmp_path: Path) -> None:
     """One GET, a byte longer than the object, says its size: no second request to check it
     (a manifest written beside local files knows no versions); a version known is compared by a

@@ -9,6 +9,7 @@ remote or compressed source starts its own connections and threads afresh after 
 
 from __future__ import annotations
 
+import heapq
 import os
 import threading
 from collections import OrderedDict
@@ -23,12 +24,18 @@ from ..records.remote.eviction import FETCH_AHEAD, ShardUses
 from ..records.sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
 from ..support.stages import Helpers
 
-__all__ = ["CAPS", "ShardPool"]
+__all__ = ["CAPS", "FETCHES_STARTED", "ShardPool"]
 
 CAPS = {"local": 64, "remote": 64, "cached": 64, "inflating": 8}
 """Sources of each kind open at once in a process (an inflating one holds segments and a thread)."""
 # Remote shards of one batch read at the same time (each shard's ranges also go concurrently).
 _SHARDS_AT_ONCE = 16
+FETCHES_STARTED = 64
+"""Downloads into the cache a process has started ahead of its reads at most (they run a few at a
+time, see records/remote/cached.py); more start as those end, the shards needed soonest first.
+Under a global shuffle every shard is needed from the epoch's start: starting them all at once
+cost a rank of 20,000 shards about a second of CPU before its first batch, for downloads that
+would wait in a queue."""
 T = TypeVar("T")
 
 
@@ -61,6 +68,7 @@ class ShardPool:
         self._uses: dict[int, list[tuple[float, float]]] = {}
         self._complete: set[int] = set()  # cached shards seen complete (fetched ahead no more)
         self._fetchers: dict[int, CachedSource] = {}  # compressed cached shards' downloads
+        self._fetching: dict[int, CachedSource] = {}  # downloads started ahead, not yet ended
         self._looked = -float("inf")
 
     def _guard(self) -> threading.RLock:
@@ -148,26 +156,39 @@ class ShardPool:
 
     def advance(self, now: float) -> None:
         """Moves this process's place to ``now`` (each batch) and starts fetching the shards it
-        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch)."""
+        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch): those whose use
+        begins soonest, up to :data:`FETCHES_STARTED` under way."""
         self.storage.now = now
         if self.storage.cache is None or abs(now - self._looked) < FETCH_AHEAD / 8:
             return
         self._looked = now
-        for shard, spans in self._uses.items():
-            if shard in self._complete or not any(
-                first <= now + FETCH_AHEAD and last >= now for first, last in spans
-            ):
-                continue
+        fetching = self._fetching
+        for shard in [shard for shard, source in fetching.items() if not source.fetching()]:
+            del fetching[shard]
+        room = FETCHES_STARTED - len(fetching)
+        if room <= 0:
+            return
+        horizon = now + FETCH_AHEAD
+        needed = (
+            (min(first for first, last in spans if first <= horizon and last >= now), shard)
+            for shard, spans in self._uses.items()
+            if shard not in self._complete
+            and shard not in fetching
+            and any(first <= horizon and last >= now for first, last in spans)
+        )
+        for _, shard in heapq.nsmallest(room, needed):
             source = self._cached(shard)
             if source.complete():
                 self._complete.add(shard)
-            else:
-                source.start()
+                continue
+            source.start()
+            if source.fetching():
+                fetching[shard] = source
 
     def finish(self) -> None:
         """Waits for the downloads this process started (at the end of an epoch: a worker that
         exits would cut them off, and the next epoch fetch them again)."""
-        for source in [*self._open["cached"].values(), *self._fetchers.values()]:
+        for source in [*self._open["cached"].values(), *self._fetchers.values(), *self._fetching.values()]:
             if isinstance(source, CachedSource):
                 source.finish()
 

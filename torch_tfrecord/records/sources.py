@@ -322,6 +322,10 @@ class CachedSource(ShardSource):
     def finish(self) -> None:
         self.file.finish()
 
+    def fetching(self) -> bool:
+        """Whether this process's download of the copy is queued or running."""
+        return self.file.fetching()
+
     def complete(self) -> bool:
         """Whether the copy is complete in the cache."""
         return self._copy is not None or self.file.local_path() is not None

@@ -287,6 +287,11 @@ class CachedFile:
         except BaseException as error:  # (the readers meet it: they read from the store)
             promoted.set_exception(error)
 
+    def fetching(self) -> bool:
+        """Whether this process's download of the object is queued or running."""
+        future = self._future
+        return future is not None and not future.done() and self._pid == os.getpid()
+
     def finish(self) -> None:
         """Waits for this process's download of the object, if one runs (its errors are the
         readers' to meet)."""
