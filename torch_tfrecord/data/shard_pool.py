@@ -9,7 +9,7 @@ remote or compressed source starts its own connections and threads afresh after 
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import os
 import threading
 from collections import OrderedDict
@@ -32,10 +32,9 @@ CAPS = {"local": 64, "remote": 64, "cached": 64, "inflating": 8}
 _SHARDS_AT_ONCE = 16
 FETCHES_STARTED = 64
 """Downloads into the cache a process has started ahead of its reads at most (they run a few at a
-time, see records/remote/cached.py); more start as those end, the shards needed soonest first.
-Under a global shuffle every shard is needed from the epoch's start: starting them all at once
-cost a rank of 20,000 shards about a second of CPU before its first batch, for downloads that
-would wait in a queue."""
+time, see records/remote/cached.py); more start as those end. Under a global shuffle every shard
+is needed from the epoch's start: starting them all at once cost a rank of 20,000 shards about a
+second of CPU before its first batch, for downloads that would wait in a queue."""
 T = TypeVar("T")
 
 
@@ -156,8 +155,11 @@ class ShardPool:
 
     def advance(self, now: float) -> None:
         """Moves this process's place to ``now`` (each batch) and starts fetching the shards it
-        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch): those whose use
-        begins soonest, up to :data:`FETCHES_STARTED` under way."""
+        needs next (looked for at most every ``FETCH_AHEAD / 8`` of an epoch), up to
+        :data:`FETCHES_STARTED` under way, in the schedule's order of shards: not the soonest
+        first, which are those the reads fetch themselves now (a read runs its shard's download),
+        so that the two would wait on each other (an epoch of 2,000 shards at 20 ms a request,
+        soonest first: 11.5-12.2 s; in this order 9.8 s; all at once, as before, 10.8-10.9 s)."""
         self.storage.now = now
         if self.storage.cache is None or abs(now - self._looked) < FETCH_AHEAD / 8:
             return
@@ -170,13 +172,13 @@ class ShardPool:
             return
         horizon = now + FETCH_AHEAD
         needed = (
-            (min(first for first, last in spans if first <= horizon and last >= now), shard)
+            shard
             for shard, spans in self._uses.items()
             if shard not in self._complete
             and shard not in fetching
             and any(first <= horizon and last >= now for first, last in spans)
         )
-        for _, shard in heapq.nsmallest(room, needed):
+        for shard in itertools.islice(needed, room):
             source = self._cached(shard)
             if source.complete():
                 self._complete.add(shard)
