@@ -143,6 +143,7 @@ class FaultProxy:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms wait between)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
@@ -257,6 +258,7 @@ class RangedFileServer:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # (headers and body are two writes: no 40 ms wait between)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass
