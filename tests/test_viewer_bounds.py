@@ -230,6 +230,40 @@ def test_a_list_value_of_another_wire_type_is_an_unknown_field(
     assert found.features == {"f": expected} and found.counts == {"f": len(expected[1])}
 
 
+def _bytes_list(*values: bytes) -> bytes:
+    return _ld(1, b"".join(_ld(1, value) for value in values))
+
+
+@pytest.mark.parametrize(
+    ("feature", "expected"),
+    [
+        ([_bytes_list(b"xy"), _ld(1, b"")], ("bytes", [b"xy"])),  # found by fuzz_wire in CI
+        ([_bytes_list(b"x"), _bytes_list(b"y", b"z")], ("bytes", [b"x", b"y", b"z"])),
+        ([_bytes_list(b"x"), _ld(3, _ld(1, bytes([5]))), _bytes_list(b"y")], ("bytes", [b"y"])),
+        ([_bytes_list(b"x"), bytes([0x18, 0x01]), _bytes_list(b"y")], ("bytes", [b"x", b"y"])),
+        ([_ld(3, _ld(1, bytes([5]))), _ld(3, _ld(1, bytes([6, 7])))], ("int64", [5, 6, 7])),
+    ],
+)
+@pytest.mark.parametrize("split", [False, True])
+def test_a_feature_met_in_pieces_is_merged_as_protobuf_merges_it(
+    feature: list[bytes], expected: tuple[str, list[Any]], split: bool
+) -> None:
+    """The same list set twice in a Feature is one list (protobuf merges a message field met
+    again); another list between clears it (a oneof); a list field of another wire type is an
+    unknown field. The walker kept only the last list. ``split``: the map entry holds its Feature
+    in pieces, one a value field, which protobuf merges too."""
+    values = [_ld(2, piece) for piece in feature] if split else [_ld(2, b"".join(feature))]
+    payload = _ld(1, _ld(1, _ld(1, b"f") + b"".join(values)))
+    assert describe_record(payload) == {"f": expected}
+    found = _walk(payload)
+    assert found.features == {"f": expected} and found.counts == {"f": len(expected[1])}
+    if expected[0] == "bytes":
+        for item, value in enumerate(expected[1]):
+            at = find_value(lambda o, n: payload[o : o + n], len(payload), "f", item)
+            assert at is not None and payload[at[0] : at[0] + at[1]] == value
+        assert find_value(lambda o, n: payload[o : o + n], len(payload), "f", len(expected[1])) is None
+
+
 def test_counts_past_what_is_kept() -> None:
     payload = encode_example({"ids": list(range(3000)), "names": [b"n"] * 3000})
     found = _walk(payload, keep=10)

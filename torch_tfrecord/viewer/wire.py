@@ -230,21 +230,36 @@ def _packed_varints(cursor: _Cursor, size: int, values: list[Any], room: int, fo
     return count
 
 
-def _feature(cursor: _Cursor, end: int, found: Described, keep: int) -> tuple[str, list[Any], int]:
-    kind, values, count = "empty", list[Any](), 0
+_EMPTY: tuple[str, list[Any], int] = ("empty", [], 0)
+
+
+def _feature(
+    cursor: _Cursor, end: int, found: Described, keep: int, before: tuple[str, list[Any], int] | None = None
+) -> tuple[str, list[Any], int]:
+    """A Feature message ending at ``end``: its kind, the values kept, how many there are; merged
+    into ``before`` (the same Feature met earlier in its map entry), as protobuf merges them."""
+    kind, values, count = before or _EMPTY
     for field, wire_type in cursor.fields(end):
         if field in _KIND and wire_type == 2:
             inner = cursor.length(end)
-            kind = _KIND[field]  # (a oneof: the last one set wins)
-            values, count = _values(cursor, kind, cursor.position + inner, found, keep)
+            # A oneof: another list clears the one set; the same list again is merged with it.
+            same = _KIND[field] == kind
+            kind = _KIND[field]
+            more, more_count = _values(
+                cursor, kind, cursor.position + inner, found, keep - len(values) if same else keep
+            )
+            values, count = (values + more, count + more_count) if same else (more, more_count)
         else:
             cursor.skip_value(field, wire_type, end)
     return kind, values, count
 
 
-def _map(cursor: _Cursor, end: int, value: Callable[[int], Any], commit: Callable[[str, Any], None]) -> None:
-    """A map field's entries: each one's value read by ``value(end of the value)``, then
-    ``commit(key, value or None)``; an entry holding other fields is left out, as upb does."""
+def _map(
+    cursor: _Cursor, end: int, value: Callable[[int, Any], Any], commit: Callable[[str, Any], None]
+) -> None:
+    """A map field's entries: each one's value read by ``value(end of the value, value so far)``
+    (an entry may hold its value in pieces, which protobuf merges), then ``commit(key, value or
+    None)``; an entry holding other fields is left out, as upb does."""
     for field, wire_type in cursor.fields(end):
         if field != 1 or wire_type != 2:
             cursor.skip_value(field, wire_type, end)
@@ -262,7 +277,7 @@ def _map(cursor: _Cursor, end: int, value: Callable[[int], Any], commit: Callabl
                     raise WireError(f"a key that is not UTF-8 (byte {cursor.position})") from None
             elif inner == 2 and inner_type == 2:
                 size = cursor.length(entry_end)
-                found = value(cursor.position + size)
+                found = value(cursor.position + size, found)
             else:
                 unknown = True
                 cursor.skip_value(inner, inner_type, entry_end)
@@ -282,10 +297,12 @@ def describe_payload(read: Read, size: int, keep: int = KEEP) -> Described:
         kind, values, count = value or ("empty", [], 0)
         found.features[key], found.counts[key] = (kind, values), count
 
-    def feature_list(end: int) -> tuple[str, list[list[Any]], int]:
-        kinds: list[str] = []
-        steps: list[list[Any]] = []
-        count = 0
+    def feature_list(
+        end: int, before: tuple[str, list[list[Any]], int] | None
+    ) -> tuple[str, list[list[Any]], int]:
+        kinds = before[0].split("/") if before and before[0] != "empty" else []
+        steps = list(before[1]) if before else []
+        count = before[2] if before else 0
         for field, wire_type in cursor.fields(end):
             if field == 1 and wire_type == 2:
                 inner = cursor.length(end)
@@ -309,7 +326,12 @@ def describe_payload(read: Read, size: int, keep: int = KEEP) -> Described:
         for field, wire_type in cursor.fields(size):
             if field == 1 and wire_type == 2:
                 inner = cursor.length(size)
-                _map(cursor, cursor.position + inner, lambda end: _feature(cursor, end, found, keep), feature)
+                _map(
+                    cursor,
+                    cursor.position + inner,
+                    lambda end, before: _feature(cursor, end, found, keep, before),
+                    feature,
+                )
             elif field == 2 and wire_type == 2:
                 inner = cursor.length(size)
                 end = cursor.position + inner
@@ -338,14 +360,19 @@ def find_value(read: Read, size: int, key: str, item: int) -> tuple[int, int] | 
     cursor = _Cursor(read, size)
     where: list[tuple[int, int] | None] = [None]
 
-    def locate(end: int) -> tuple[int, int] | None:
-        """Where value ``item`` of a Feature's BytesList lies (None: it holds none)."""
-        at: tuple[int, int] | None = None
+    Located = tuple[tuple[int, int] | None, int, bool]
+
+    def locate(end: int, before: Located | None) -> Located:
+        """Where value ``item`` of a Feature's BytesList lies (None: it holds none), how many values
+        that list holds so far, and whether it is the oneof's list now: a Feature met in pieces
+        in its map entry is merged, as protobuf merges it."""
+        at, index, listed = before or (None, 0, False)
         for field, wire_type in cursor.fields(end):
-            if field == 1 and wire_type == 2:  # a BytesList (the oneof's last field set wins)
+            if field == 1 and wire_type == 2:  # a BytesList: merged with the one set before, if any
                 inner = cursor.length(end)
                 inner += cursor.position
-                at, index = None, 0
+                if not listed:
+                    at, index, listed = None, 0, True
                 for value_field, value_type in cursor.fields(inner):
                     if value_field == 1 and value_type == 2:
                         length = cursor.length(inner)
@@ -355,13 +382,14 @@ def find_value(read: Read, size: int, key: str, item: int) -> tuple[int, int] | 
                     else:
                         cursor.skip_value(value_field, value_type, inner)
             else:
-                at = None if field in _KIND else at
+                if field in _KIND and wire_type == 2:  # another list set: the oneof clears the BytesList
+                    at, index, listed = None, 0, False
                 cursor.skip_value(field, wire_type, end)
-        return at
+        return at, index, listed
 
-    def commit(name: str, value: tuple[int, int] | None) -> None:
+    def commit(name: str, value: Located | None) -> None:
         if name == key:
-            where[0] = value
+            where[0] = value[0] if value else None
 
     try:
         for field, wire_type in cursor.fields(size):
