@@ -207,10 +207,10 @@ def test_a_manifest_over_plain_http_is_read_and_checked_shard_by_shard(
     pytest.importorskip("aiohttp")
     from remote_servers import RangedFileServer
 
-    from torch_tfrecord.records import sources
+    from torch_tfrecord.records import manifest
 
     if not whole:
-        monkeypatch.setattr(sources, "WHOLE_BYTES", 16)  # (every shard larger)
+        monkeypatch.setattr(manifest, "WHOLE_BYTES", 16)  # (every shard larger)
     _write(tmp_path / "train")
     with RangedFileServer(str(tmp_path)) as server:
         named = f"{server.url}/train.manifest.json"

@@ -30,6 +30,7 @@ from ..errors import IndexFormatError, StaleIndexError
 from . import remote
 from .atomic import atomic_write
 from .io import StorageOptions, file_size, is_url, local_path
+from .remote.cached import file_version
 
 __all__ = [
     "FORMAT",
@@ -246,6 +247,39 @@ def stale_shard(manifest_location: str, path: str, what: str) -> StaleIndexError
         f"{path!r} is not the shard manifest {manifest_location!r} describes: {what} (the data changed "
         "since the manifest was written: write it again, `tfrecord-index manifest`)"
     )
+
+
+WHOLE_BYTES = 64 << 10
+"""A remote shard of a manifest (read without the cache) of at most this many bytes, whose version
+the manifest does not know, is fetched whole when opened, by one request that also says its size:
+in place of a request to check it, then one for its records (neighbouring ranges this far apart
+share a request anyway)."""
+
+
+def check_remote_shard(
+    manifest_location: str, path: str, size: int, version: str, file: remote.RemoteFile
+) -> None:
+    """Checks a remote shard against what its manifest says of it (``size``, ``version``), with one
+    request through ``file`` (its reader, whose requests it counts): a small shard of unknown
+    version is fetched whole by it (``file`` then serves its reads), any other looked up.
+
+    Raises:
+        StaleIndexError: its size or version differs: the data changed since the manifest was written.
+    """
+    if not version and 0 < size <= WHOLE_BYTES:
+        got = file.read_whole()
+        if got != size:
+            now = f"{got} bytes" if got < size else f"more than {size} bytes"
+            raise stale_shard(manifest_location, path, f"{now}, not {size}")
+        return
+    if file.counter is not None:
+        file.counter.add(1)
+    info = remote.file_info(path, file.storage_options)
+    found = file_version(info)
+    if int(info["size"]) != size:
+        raise stale_shard(manifest_location, path, f"{info['size']} bytes, not {size}")
+    if version and found and found != version:
+        raise stale_shard(manifest_location, path, f"version {found!r}, not {version!r}")
 
 
 def write_manifest(

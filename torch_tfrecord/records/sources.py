@@ -49,11 +49,6 @@ ShardKind = Literal["local", "remote", "cached"]
 """Where a shard's stored bytes are read: a local file, a remote object by ranges, or a remote
 object through the node's cache (fetched whole once per node, then read as a local file)."""
 Int64Array = npt.NDArray[np.int64]
-WHOLE_BYTES = 64 << 10
-"""A remote shard of a manifest (read without the cache) of at most this many bytes, whose version
-the manifest does not know, is fetched whole when opened, by one request that also says its size:
-in place of a request to check it, then one for its records (neighbouring ranges this far apart
-share a request anyway)."""
 
 
 class BatchReadFailed(TFRecordError):
@@ -257,15 +252,9 @@ class RemoteSource(ShardSource):
         super().__init__(spec)
         self.file = RemoteFile(spec.path, spec.stored_size, storage.storage_options, counter=storage.requests)
         if spec.manifest:
-            if spec.version or not 0 < spec.stored_size <= WHOLE_BYTES:
-                check_described(spec, storage)
-            else:  # its size checked by the one request that fetches it (no version to compare)
-                got = self.file.read_whole()
-                if got != spec.stored_size:
-                    from .manifest import stale_shard
+            from .manifest import check_remote_shard
 
-                    now = f"{got} bytes" if got < spec.stored_size else f"more than {spec.stored_size} bytes"
-                    raise stale_shard(spec.manifest, spec.path, f"{now}, not {spec.stored_size}")
+            check_remote_shard(spec.manifest, spec.path, spec.stored_size, spec.version, self.file)
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]:
         token = begin()
@@ -418,23 +407,6 @@ class InflatingSource(ShardSource):
 
     def close(self) -> None:
         self.shard.close()
-
-
-def check_described(spec: ShardSpec, storage: Storage) -> None:
-    """Checks a remote shard against what its manifest said of it (one request).
-
-    Raises:
-        StaleIndexError: its size or version differs: the data changed since the manifest was written.
-    """
-    from .manifest import stale_shard
-
-    storage.requests.add(1)
-    info = file_info(spec.path, storage.storage_options)
-    version = file_version(info)
-    if int(info["size"]) != spec.stored_size:
-        raise stale_shard(spec.manifest, spec.path, f"{info['size']} bytes, not {spec.stored_size}")
-    if spec.version and version and version != spec.version:
-        raise stale_shard(spec.manifest, spec.path, f"version {version!r}, not {spec.version!r}")
 
 
 def open_source(spec: ShardSpec, storage: Storage, *, window: int = 0) -> ShardSource:
