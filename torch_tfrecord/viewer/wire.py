@@ -230,15 +230,12 @@ def _packed_varints(cursor: _Cursor, size: int, values: list[Any], room: int, fo
     return count
 
 
-_EMPTY: tuple[str, list[Any], int] = ("empty", [], 0)
-
-
 def _feature(
     cursor: _Cursor, end: int, found: Described, keep: int, before: tuple[str, list[Any], int] | None = None
 ) -> tuple[str, list[Any], int]:
     """A Feature message ending at ``end``: its kind, the values kept, how many there are; merged
     into ``before`` (the same Feature met earlier in its map entry), as protobuf merges them."""
-    kind, values, count = before or _EMPTY
+    kind, values, count = before or ("empty", [], 0)  # (a list of its own: it is handed out)
     for field, wire_type in cursor.fields(end):
         if field in _KIND and wire_type == 2:
             inner = cursor.length(end)
