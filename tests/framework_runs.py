@@ -14,8 +14,10 @@ record id).
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 import tempfile
 import warnings
@@ -38,6 +40,7 @@ MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
 PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 100 + j
 # What make_dataset makes: "dataset", "mix", "pack" or "select" (main's last argument).
 KIND = {"kind": "dataset"}
+DUMP_SIGNAL = signal.SIGUSR1  # dumps every thread's stack of a rank or worker (see main)
 SELECTED = [record for record in range(sum(SHARD_SIZES)) if record % 3]  # the selection file's records
 
 warnings.filterwarnings(
@@ -486,10 +489,18 @@ RUNS = {
 
 def main(argv: Iterable[str]) -> None:
     framework, data, out, *kind = list(argv)
+    # A hung run's stacks: tests/launch.py sends DUMP_SIGNAL to every process of the tree before it
+    # stops them (the handler is inherited by the DataLoader workers forked from a rank).
+    faulthandler.register(DUMP_SIGNAL, all_threads=True)
     KIND["kind"] = kind[0] if kind else "dataset"
     results = RUNS[framework](data)
     rank = int(os.environ["RANK"])
     Path(out, f"{framework}-rank{rank}.json").write_text(json.dumps(results))
+    # As torch's docs ask of every script: a process group left to the interpreter's exit (the
+    # Trainer and Lightning leave theirs) can abort it (gloo's threads at finalization: SIGABRT,
+    # "terminate called without an active exception"; pytorch/pytorch#190489).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -86,16 +86,32 @@ def tree(command: Sequence[str], **options: Any) -> Iterator[subprocess.Popen[st
         stop(process, grace_s=0.0 if process.poll() is not None else 15.0)
 
 
-def run(command: Sequence[str], timeout_s: float, **options: Any) -> subprocess.CompletedProcess[str]:
+def dump_stacks(process: subprocess.Popen[str], signal_number: int, wait_s: float = 3.0) -> None:
+    """``signal_number`` to every process of the tree but its launcher (each registered
+    ``faulthandler`` for it, so each writes its threads' stacks to its stderr), then ``wait_s``."""
+    for pid in marked(process.tree):  # type: ignore[attr-defined]
+        if pid != process.pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal_number)
+    time.sleep(wait_s)
+
+
+def run(
+    command: Sequence[str], timeout_s: float, dump_signal: int | None = None, **options: Any
+) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(command, capture_output=True, text=True)``, the whole tree taken down at the
     end; a timeout fails the test with the output so far. The output goes through files, not pipes:
-    an orphan that kept the pipes open would hold the reader until it ended."""
+    an orphan that kept the pipes open would hold the reader until it ended. With ``dump_signal``
+    (which the tree's processes but the launcher handle with ``faulthandler``), a hung tree's
+    stacks are in that output."""
     with tempfile.TemporaryFile("w+") as stdout, tempfile.TemporaryFile("w+") as stderr:
         with tree(command, stdout=stdout, stderr=stderr, **options) as process:
             try:
                 process.wait(timeout=timeout_s)
                 timed_out = False
             except subprocess.TimeoutExpired:
+                if dump_signal is not None:
+                    dump_stacks(process, dump_signal)
                 stop(process)
                 timed_out = True
         stdout.seek(0)
@@ -104,6 +120,6 @@ def run(command: Sequence[str], timeout_s: float, **options: Any) -> subprocess.
     if timed_out:
         pytest.fail(
             f"{' '.join(command)} did not finish within {timeout_s} s (a hang): its whole process tree "
-            f"was stopped\n{out[-2000:]}\n{err[-4000:]}"
+            f"was stopped\n{out[-2000:]}\n{err[-(40000 if dump_signal is not None else 4000) :]}"
         )
     return subprocess.CompletedProcess(list(command), process.returncode, out, err)

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from framework_runs import (
     BATCH,
+    DUMP_SIGNAL,
     MIX_ITEM,
     SELECTED,
     SHARD_SIZES,
@@ -79,7 +80,8 @@ def launch(framework: str, data: Path, out: Path, kind: str = "dataset") -> list
     ]  # fmt: skip
     path = os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, "TOKENIZERS_PARALLELISM": "false"}
-    done = run_tree(command, timeout_s=TIMEOUT_S, env=env, cwd=out)  # torchrun and its ranks, all stopped
+    # torchrun and its ranks, all stopped; a hang's stacks in the failure
+    done = run_tree(command, timeout_s=TIMEOUT_S, dump_signal=DUMP_SIGNAL, env=env, cwd=out)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     return [json.loads((out / f"{framework}-rank{rank}.json").read_text()) for rank in range(2)]
 

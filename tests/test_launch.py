@@ -4,6 +4,7 @@ included (as torchrun's ranks are), on a timeout and after a normal exit."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,26 @@ def test_a_timeout_fails_the_test_and_stops_the_tree() -> None:
     with pytest.raises(pytest.fail.Exception, match="did not finish within 1 s"):
         launch.run([sys.executable, "-c", "import time; time.sleep(10**6)"], timeout_s=1)
     assert [pid for pid in launch.marked("") if pid] == []  # the empty mark: never set
+
+
+# A launcher (no handler of its own) whose rank dumps its stacks on SIGUSR1 and hangs in a function.
+_HUNG = """
+import subprocess, sys, time
+code = '''
+import faulthandler, signal, time
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+def stuck_in_a_collective():
+    print(flush=True)
+    time.sleep(10**6)
+stuck_in_a_collective()
+'''
+rank = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, stdout=subprocess.PIPE)
+rank.stdout.readline()
+time.sleep(10**6)
+"""
+
+
+def test_a_hung_tree_dumps_its_stacks_before_it_is_stopped() -> None:
+    with pytest.raises(pytest.fail.Exception, match="in stuck_in_a_collective") as failure:
+        launch.run([sys.executable, "-c", _HUNG], timeout_s=3, dump_signal=signal.SIGUSR1)
+    assert "did not finish within 3 s" in str(failure.value)
