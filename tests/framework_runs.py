@@ -40,6 +40,14 @@ MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
 PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 100 + j
 # What make_dataset makes: "dataset", "mix", "pack" or "select" (main's last argument).
 KIND = {"kind": "dataset"}
+# How Lightning's DataLoader workers start. CPython before 3.11.8 can deadlock a forked child at its
+# start when another thread of the parent holds the interpreter's thread-state lock at the fork
+# (gh-112275, fixed in 3.11.8 and 3.12): a torch thread making its Python thread state does. In
+# Lightning's DDP runs it does as an epoch's workers are forked: the stuck worker's stack (gdb)
+# ended in PyOS_AfterFork_Child -> _PyThreadState_DeleteExcept -> PyThread_acquire_lock, 5 hangs in
+# ~330 runs of `lightning` here on 3.11.7 (none in the other frameworks' runs). So there, workers
+# start from a fork server (a process that forks nothing but workers); elsewhere, by fork as usual.
+LIGHTNING_WORKERS = "forkserver" if sys.version_info < (3, 11, 8) else None
 DUMP_SIGNAL = signal.SIGUSR1  # dumps every thread's stack of a rank or worker (see main)
 SELECTED = [record for record in range(sum(SHARD_SIZES)) if record % 3]  # the selection file's records
 
@@ -99,10 +107,16 @@ def make_pack(data: str, batch_size: int | None = None, **world: Any) -> tt.Pack
     return tt.pack(source, PACK_LENGTH, ["tokens"], "concat", batch_size=batch_size)
 
 
-def make_loader(dataset: tt.TFRecordDataset, mode: str, workers: int, cls: type = DataLoader) -> Any:
+def make_loader(
+    dataset: tt.TFRecordDataset, mode: str, workers: int, cls: type = DataLoader, context: str | None = None
+) -> Any:
+    """The loader of a configuration; ``context``: its workers' start method (None: the default, fork)."""
+    options: dict[str, Any] = {"num_workers": workers}
+    if workers and context is not None:
+        options["multiprocessing_context"] = context
     if mode == "batch":
-        return cls(dataset, batch_size=None, num_workers=workers)
-    return cls(dataset, batch_size=BATCH, num_workers=workers, collate_fn=tt.collate)
+        return cls(dataset, batch_size=None, **options)
+    return cls(dataset, batch_size=BATCH, collate_fn=tt.collate, **options)
 
 
 def pairs(batch: dict[str, Any]) -> list[list[int]]:
@@ -297,7 +311,7 @@ def lightning_module(data: str, mode: str, workers: int, loader_class: type = Da
             self.batches: list[list[list[list[int]]]] = []
 
         def train_dataloader(self) -> Any:
-            return make_loader(make_dataset(data, mode), mode, workers, loader_class)
+            return make_loader(make_dataset(data, mode), mode, workers, loader_class, LIGHTNING_WORKERS)
 
         def on_train_epoch_start(self) -> None:
             self.lens.append(int(self.trainer.num_training_batches))
@@ -318,6 +332,7 @@ def lightning_module(data: str, mode: str, workers: int, loader_class: type = Da
 def lightning_trainer(**arguments: Any) -> Any:
     import lightning as L
 
+    dump_stacks_on_signal()
     return L.Trainer(
         accelerator="cpu", devices=2, strategy="ddp", max_epochs=EPOCHS, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **arguments,
@@ -487,11 +502,19 @@ RUNS = {
 }
 
 
+def dump_stacks_on_signal() -> None:
+    """A hung run's stacks: tests/launch.py sends DUMP_SIGNAL to every process of the tree before it
+    stops them; this process then writes every thread's stack to its stderr (the handler is inherited
+    by the DataLoader workers forked from it). Again before each Lightning fit: the previous fit's
+    teardown set every signal back to what ``signal.getsignal`` said (SIG_DFL here), and faulthandler
+    installs its handler again only once unregistered."""
+    faulthandler.unregister(DUMP_SIGNAL)
+    faulthandler.register(DUMP_SIGNAL, all_threads=True)
+
+
 def main(argv: Iterable[str]) -> None:
     framework, data, out, *kind = list(argv)
-    # A hung run's stacks: tests/launch.py sends DUMP_SIGNAL to every process of the tree before it
-    # stops them (the handler is inherited by the DataLoader workers forked from a rank).
-    faulthandler.register(DUMP_SIGNAL, all_threads=True)
+    dump_stacks_on_signal()
     KIND["kind"] = kind[0] if kind else "dataset"
     results = RUNS[framework](data)
     rank = int(os.environ["RANK"])
