@@ -42,11 +42,13 @@ PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 10
 KIND = {"kind": "dataset"}
 # How Lightning's DataLoader workers start. CPython before 3.11.8 can deadlock a forked child at its
 # start when another thread of the parent holds the interpreter's thread-state lock at the fork
-# (gh-112275, fixed in 3.11.8 and 3.12): a torch thread making its Python thread state does. In
-# Lightning's DDP runs it does as an epoch's workers are forked: the stuck worker's stack (gdb)
-# ended in PyOS_AfterFork_Child -> _PyThreadState_DeleteExcept -> PyThread_acquire_lock, 5 hangs in
-# ~330 runs of `lightning` here on 3.11.7 (none in the other frameworks' runs). So there, workers
-# start from a fork server (a process that forks nothing but workers); elsewhere, by fork as usual.
+# (gh-112275, fixed in 3.11.8 and 3.12), as a native thread making or dropping its Python thread
+# state does. Lightning's DDP runs fork an epoch's workers while one does (a torch thread: in the
+# stuck child, a thread state of the parent's without a Python frame): 6 hangs in ~310 runs of
+# `lightning` here on 3.11.7, the stuck worker in os.fork() (gdb: PyOS_AfterFork_Child ->
+# _PyThreadState_DeleteExcept -> PyThread_acquire_lock); the other frameworks' runs never hung. So
+# there, workers start from a fork server (a process that forks nothing but workers); elsewhere, and
+# on a fixed CPython, by fork as usual.
 LIGHTNING_WORKERS = "forkserver" if sys.version_info < (3, 11, 8) else None
 DUMP_SIGNAL = signal.SIGUSR1  # dumps every thread's stack of a rank or worker (see main)
 SELECTED = [record for record in range(sum(SHARD_SIZES)) if record % 3]  # the selection file's records
