@@ -13,6 +13,7 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+from .support import optional as _optional  # noqa: F401  # TORCH_TFRECORD_HIDE, before anything imports them
 from .support import versions as _versions
 
 _versions.check_installed()  # an unsupported Python or torch: one clear error here, naming the range

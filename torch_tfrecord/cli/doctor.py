@@ -20,7 +20,7 @@ import sys
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..support import extension
+from ..support import extension, optional
 from ..support.extras import install_command
 from .options import add_command
 
@@ -80,7 +80,7 @@ def _roi_jpeg() -> FastPath:
             False,
             f"torch_tfrecord.codec._jpeg {extension.unavailable(image_roi.load_error)}: JPEGs "
             "decode whole at a reduced scale, about half as fast for random crops",
-            _wheel_fix(),
+            f"unset {optional.ENV_VAR}" if optional.hidden("jpeg_ext") else _wheel_fix(),
         )
     return FastPath(True, f"{_loaded_from(image_roi.compiled)}: each JPEG's region only, a batch per call")
 
@@ -90,7 +90,9 @@ def _native_resize() -> FastPath:
 
     if image_roi.compiled is None:
         return FastPath(
-            False, "it is part of torch_tfrecord.codec._jpeg (roi_jpeg), which is missing", _wheel_fix()
+            False,
+            "it is part of torch_tfrecord.codec._jpeg (roi_jpeg), which is missing",
+            f"unset {optional.ENV_VAR}" if optional.hidden("jpeg_ext") else _wheel_fix(),
         )
     if not image_roi.resizes_fast():
         return FastPath(False, "this CPU has no AVX2: torch resizes instead (the portable loops are slower)")
@@ -99,6 +101,8 @@ def _native_resize() -> FastPath:
 
 def _module(name: str, what: str, extra: str) -> FastPath:
     """A Python package that a path needs, imported here (a binary one may fail to load)."""
+    if optional.hidden(name):
+        return FastPath(False, f"{optional.why_hidden(name)}: {what}", f"unset {optional.ENV_VAR}")
     try:
         module = importlib.import_module(name)
     except ImportError as error:
@@ -112,6 +116,8 @@ def _turbojpeg() -> FastPath:
     from ..codec import tf_jpeg
 
     what = "TensorFlow's decode_and_crop_jpeg pixels (dct='fast' crops) of CMYK JPEGs, of all without _jpeg"
+    if optional.hidden("turbojpeg"):
+        return FastPath(False, f"{optional.why_hidden('turbojpeg')}: {what}", f"unset {optional.ENV_VAR}")
     try:
         tf_jpeg.crop_library()
     except ImportError:

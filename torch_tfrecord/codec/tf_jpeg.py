@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from ..support import optional
 from ..support.extras import install_hint
 
 __all__ = [
@@ -85,9 +86,10 @@ def crop_library() -> tuple[Any, Any]:
     """
     found = _turbojpeg()
     if found is None:
+        hidden = f" ({optional.ENV_VAR} hides it here)" if optional.hidden("turbojpeg") else ""
         raise ImportError(
             "Image(dct='fast') with a crop (TensorFlow's decode_and_crop_jpeg pixels) needs PyTurboJPEG "
-            "and the libturbojpeg shared library (Debian/Ubuntu: apt-get install libturbojpeg0; "
+            f"and the libturbojpeg shared library{hidden} (Debian/Ubuntu: apt-get install libturbojpeg0; "
             f"macOS: brew install jpeg-turbo); {install_hint('fastjpeg')}"
         )
     return found

@@ -22,6 +22,8 @@ import warnings
 from types import ModuleType
 from typing import Literal
 
+from . import optional
+
 __all__ = [
     "DOCTOR",
     "ENV_VAR",
@@ -51,7 +53,12 @@ def load(name: str) -> tuple[ModuleType | None, ImportError | None]:
 
 
 def unavailable(error: ImportError | None) -> str:
-    """Why a compiled module is missing, from :func:`load`'s error (None, or not found: not built)."""
+    """Why a compiled module is missing, from :func:`load`'s error (None, or not found: not built;
+    hidden by ``TORCH_TFRECORD_HIDE``: said so)."""
+    if isinstance(error, ModuleNotFoundError) and error.name is not None:
+        hiding = [name for name in optional.HIDDEN if error.name in optional.KNOWN[name].modules]
+        if hiding:
+            return f"is hidden ({optional.ENV_VAR} names {hiding[0]!r}: as if it were not built)"
     if error is None or isinstance(error, ModuleNotFoundError):
         return "is not built"
     return f"cannot load ({' '.join(str(error).split())})"
