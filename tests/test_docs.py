@@ -17,7 +17,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from docblocks import RUNNER, Block, blocks_of
+from viewer_server import chromium_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -188,7 +188,7 @@ def test_site_builds_strict(site: Path) -> None:
     assert not list(site.rglob("*.py")), "the hooks and the picture's script are not pages"
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (apt-get install chromium)")
+@pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
 def test_concepts_page_shows_the_picture(site: Path, tmp_path: Path) -> None:
     """A headless browser renders the concepts page with the partition picture in it.
 

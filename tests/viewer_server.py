@@ -14,10 +14,23 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "running_viewer"]
+from torch_tfrecord.support import optional
+
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "chromium_missing", "running_viewer"]
 
 # Debian's chromium (``apt-get install chromium``; never ``playwright install``), kept off the network.
 CHROMIUM = "/usr/bin/chromium"
+
+
+def chromium_missing() -> str | None:
+    """Why the browser tests cannot run here (None: they can): no chromium, or TORCH_TFRECORD_HIDE."""
+    if optional.hidden("chromium"):
+        return f"needs {optional.why_hidden('chromium')}"
+    if not Path(CHROMIUM).exists():
+        return f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
+    return None
+
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
