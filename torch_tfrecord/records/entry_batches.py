@@ -11,16 +11,17 @@ record.
 from __future__ import annotations
 
 import mmap
+import os
 from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import TFRecordError
+from ..errors import SourceNotFoundError, TFRecordError
 from .entries import as_entries, entry_numbers, read_entries, run_starts
 from .gather import COALESCE_GAP, Gathered, gather
-from .io import StorageOptions, file_size, open_binary
+from .io import StorageOptions, file_size, local_path
 
 __all__ = ["read_entries_gathered"]
 
@@ -56,8 +57,8 @@ def read_entries_gathered(
         fast_end = int(runs[np.searchsorted(runs, past, side="right") - 1])
     held = np.cumsum(table[:, 1])  # the framed bytes of the entries up to each
     position = 0
-    with open_binary(path, storage_options) as file:
-        reader = _BatchReader(extension, file.fileno(), size, mapped=fast_end >= _MAPPED_MIN_ENTRIES)
+    if fast_end:
+        reader = _BatchReader(extension, path, size, mapped=fast_end >= _MAPPED_MIN_ENTRIES)
         try:
             while position < fast_end:
                 stop = _batch_end(held, position, fast_end)
@@ -98,10 +99,13 @@ def _batch_end(held: npt.NDArray[np.int64], start: int, stop: int) -> int:
 class _BatchReader:
     """Gathers batches of one open file's records into a reused buffer and takes their payloads."""
 
-    def __init__(self, extension: ModuleType, fd: int, size: int, *, mapped: bool) -> None:
+    def __init__(self, extension: ModuleType, path: str, size: int, *, mapped: bool) -> None:
         self.extension = extension
+        try:  # a bare descriptor: a file object costs more than the read of a small batch
+            fd = os.open(local_path(path), os.O_RDONLY)  # (not inherited by children: PEP 446)
+        except FileNotFoundError:
+            raise SourceNotFoundError(f"no such file: {path!r}") from None
         self.fd = fd
-        self.size = size
         self.failed = False  # a batch the gather could not read (a file cut shorter, a failed read)
         # Records copied from a mapping: a shuffled batch costs a copy per record, not a syscall.
         self.mapping: mmap.mmap | None = None
@@ -110,6 +114,9 @@ class _BatchReader:
                 self.mapping = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
             except (OSError, ValueError):  # a file that cannot be mapped: positional reads
                 self.mapping = None
+        # Copies from the mapping take only the records; preads read through short gaps between
+        # them (one syscall for neighbours), so the buffer then holds the gaps too.
+        self.gap = 0 if self.mapping is not None else COALESCE_GAP
         self.buffer = bytearray()
         self.bounds = np.zeros(2, dtype=np.int64)
         self.fds = np.array([fd], dtype=np.int64)
@@ -124,6 +131,9 @@ class _BatchReader:
         self.bounds[1] = len(batch)
         starts = np.empty(len(batch), dtype=np.int64)
         framed = np.empty(len(batch), dtype=np.int64)
+        needed = int(batch[:, 1].sum())  # (more when the reads take the bytes between records too)
+        if len(self.buffer) < needed:
+            self.buffer = bytearray(needed)
         while True:
             status, value = gather(
                 ids,
@@ -135,7 +145,7 @@ class _BatchReader:
                 self.buffer,
                 starts,
                 framed,
-                COALESCE_GAP,
+                self.gap,
             )
             if status != Gathered.GROW:
                 break
@@ -150,3 +160,6 @@ class _BatchReader:
         if self.mapping is not None:
             self.mapping.close()
             self.mapping = None
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
