@@ -5,14 +5,17 @@ Data: bench_dataset.py's data sets against TensorFlow (4 shards x 20,000 Example
 one epoch of ``TFRecordDataset(shuffle="global", batch_size=256)`` (its ``_record_id`` batches),
 read again by every other pipeline batch by batch, in the same order. Rows:
 
-- ``TFRecordDataset`` itself, iterated in the main process: the bar;
+- ``TFRecordDataset`` itself, iterated in the main process with ``prefetch=0`` (one thread): the
+  bar; and with its default ``prefetch=2`` (a thread loads ahead of the loop), for comparison;
 - ``tt.read_records(path, entries=index[ids])`` per shard of each batch (payloads, not decoded),
   through the stream read (what it was: ``TORCH_TFRECORD_DECODER=python``'s path) and the batch
-  read (now), and the batch read followed by ``tt.decode_batch`` (decoded columns);
+  read (now), and the batch read followed by ``tt.decode_batch`` (decoded columns); and one call
+  per shard for the whole epoch's rows of it (many entries: the per-call costs spread out);
 - ``IndexedTFRecordDataset.__getitems__`` + ``tt.collate`` (a DataLoader's map-style path);
 - ``IndexedTFRecordDataset.read_batch`` (the batch API);
 - the recipes of docs/guides/random-access.md over ``read_batch``: torchdata.nodes
-  (``ParallelMapper``, one thread) and SPDL (``concurrency=1``, one thread), where installed.
+  (``ParallelMapper``, one worker thread) and SPDL (``concurrency=1``, one worker thread), where
+  installed (each has the loop's thread besides, as the dataset with prefetch has).
 
 Each round times every row once, in turn (the order turning round by round); one warm-up round,
 then ``--repeats`` rounds; records/s are medians, each row's ratio the median of its rounds' ratios
@@ -65,11 +68,15 @@ class Data:
             yield self.paths[shard], self.tables[shard][local]
 
 
-def the_dataset(data: Data) -> int:
+def the_dataset(data: Data, prefetch: int = 0) -> int:
     dataset = tt.TFRecordDataset(
-        data.paths, spec=data.spec, batch_size=BATCH, shuffle="global", drop_last=False
+        data.paths, spec=data.spec, batch_size=BATCH, shuffle="global", drop_last=False, prefetch=prefetch
     )
     return sum(len(batch["label"]) for batch in dataset)
+
+
+def the_dataset_prefetching(data: Data) -> int:
+    return the_dataset(data, prefetch=2)
 
 
 def read_records_stream(data: Data) -> int:
@@ -86,6 +93,12 @@ def read_records_batch(data: Data) -> int:
         for path, rows in data.per_shard(ids):
             n += len(list(tt.read_records(path, entries=rows)))
     return n
+
+
+def read_records_whole_shards(data: Data) -> int:
+    """One call per shard: all of its rows of the epoch, in the epoch's order."""
+    ids = np.concatenate(data.batches)
+    return sum(len(list(tt.read_records(path, entries=rows))) for path, rows in data.per_shard(ids))
 
 
 def read_records_decoded(data: Data) -> int:
@@ -136,10 +149,12 @@ def _installed(module: str) -> bool:
 
 
 ROWS: dict[str, Callable[[Data], int]] = {
-    "TFRecordDataset(shuffle='global')": the_dataset,
+    "TFRecordDataset(shuffle='global', prefetch=0): the bar": the_dataset,
+    "TFRecordDataset(shuffle='global'), prefetch=2 (a loading thread)": the_dataset_prefetching,
     "read_records(entries=), stream read (before)": read_records_stream,
     "read_records(entries=), batch read (now)": read_records_batch,
     "read_records(entries=) + decode_batch": read_records_decoded,
+    "read_records(entries=), batch read, a call per shard (20,000 rows)": read_records_whole_shards,
     "IndexedTFRecordDataset.__getitems__ + collate": getitems_collate,
     "IndexedTFRecordDataset.read_batch": read_batch,
 }
