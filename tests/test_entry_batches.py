@@ -154,10 +154,12 @@ def test_entries_are_gathered_a_batch_per_native_call(
     assert [n for n, _ in calls] == [10, 10, 5]  # batches bounded by their bytes too
 
 
+@pytest.mark.parametrize("mapped_from", [0, 1 << 20])
 def test_a_file_cut_shorter_while_read_is_read_the_careful_way(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    mapped_from: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(batches, "_BATCH_ENTRIES", 50)
+    monkeypatch.setattr(batches, "_MAPPED_MIN_ENTRIES", mapped_from)  # copies from a mapping, or preads
     path = tmp_path / "f.tfrecord"
     payloads = [bytes([i]) * 100 for i in range(200)]
     table = write(path, payloads)
@@ -166,7 +168,7 @@ def test_a_file_cut_shorter_while_read_is_read_the_careful_way(
     with open(path, "r+b") as file:
         file.truncate(int(table[100, 0]))
     assert [next(reader) for _ in range(49)] == payloads[-2:-51:-1]  # the first batch: read before
-    # The next batch's records are gone: the mapping is not read past the file's end (no SIGBUS),
-    # and the stream read says which entry runs past it.
+    # The next batch's records are gone: neither read goes past the file's end (a mapping's would
+    # be a SIGBUS), and the stream read says which entry runs past it.
     with pytest.raises(TFRecordError, match=r"record 50 runs past the end"):
         next(reader)
