@@ -156,9 +156,10 @@ def read_records(
             through the CRCs: with ``verify_crc=False`` only impossible lengths are.)
         entries: ``(offset, framed_size)`` rows, e.g. from :func:`torch_tfrecord.load_index`;
             records are returned in the given order, and neighbouring ones are read together.
-            A local file's entries are read a batch at a time (up to 1,024 records) in one
-            native call, without Python per record: shuffled entries read about as fast as
-            :class:`TFRecordDataset` reads its records.
+            A local file's entries are read a batch at a time (up to 1,024 records) in native
+            calls, without Python per record; each call opens the file again, so for many
+            small batches of a dataset :meth:`IndexedTFRecordDataset.read_batch` is faster
+            (it keeps its files open, and decodes).
         record_numbers: the record number of each entry, for error messages (default: the
             entry's position in ``entries``).
         byte_range: ``(start, end)``: the records that begin at an offset in ``[start, end)``;
