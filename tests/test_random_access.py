@@ -64,6 +64,19 @@ def test_read_batch_is_the_datasets_batch(tmp_path: Path) -> None:
     assert ds.read_batch([])["id"].shape == (0,)
 
 
+def test_read_batch_of_raw_payloads_and_of_an_inferred_spec(tmp_path: Path) -> None:
+    paths = write(tmp_path, [6, 4])
+    raw = tt.IndexedTFRecordDataset(paths, spec="raw").read_batch([7, 2])
+    rows = [
+        tt.load_index(tt.default_index_path(paths[1]))[1],
+        tt.load_index(tt.default_index_path(paths[0]))[2],
+    ]
+    expected = [*tt.read_records(paths[1], entries=rows[:1]), *tt.read_records(paths[0], entries=rows[1:])]
+    assert list(raw["record"]) == expected and raw["_record_id"].tolist() == [7, 2]
+    inferred = tt.IndexedTFRecordDataset(paths).read_batch([7, 2])
+    assert inferred["id"].values.tolist() == [7, 2] and list(inferred["name"]) == [[b"n7"], [b"n2"]]
+
+
 def test_read_batch_refuses_what_it_cannot_do(tmp_path: Path) -> None:
     paths = write(tmp_path, [5])
     ds = tt.IndexedTFRecordDataset(paths, spec=SPEC)
