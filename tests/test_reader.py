@@ -167,6 +167,9 @@ def test_entries_in_any_order(records_dir: Path, golden: dict) -> None:
 
 
 def test_entries_are_read_in_coalesced_requests(records_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The stream read (without the native extension, and for remote files); the native batch
+    # read's requests: test_entries_are_gathered_a_batch_per_native_call.
+    monkeypatch.setenv("TORCH_TFRECORD_DECODER", "python")
     table = build_index(records_dir / "plain.tfrecord")
     reads: list[int] = []
     original = scan_module.read_stream

@@ -43,10 +43,6 @@ CacheDir = str | os.PathLike[str] | None | Literal[False]
 """Where remote shards are cached: a directory (shared by every process that names it, kept),
 None (a temporary directory, removed when the process that made it exits), or False (no cache)."""
 
-# Local records of a batch at most this far apart in a file are read with one pread, the bytes
-# between them included: a syscall costs about as much as copying this many bytes (bench_dataset).
-_COALESCE_GAP = 4096
-
 T = TypeVar("T")
 
 
@@ -328,7 +324,7 @@ class RecordFiles:
         """The batch read of local files in one native call; None where a shard of the batch is
         not a local file now (a remote one's copy not complete), or the batch's shards do not all
         stay open at once: the loop per shard then reads it."""
-        from ..records.gather import Gathered, gather
+        from ..records.gather import COALESCE_GAP, Gathered, gather
 
         pool = self.pool
         if self.tables.pending:
@@ -347,7 +343,7 @@ class RecordFiles:
                 buffer,
                 starts,
                 sizes,
-                _COALESCE_GAP,
+                COALESCE_GAP,
             )
             if status == Gathered.DONE:
                 self.read_bytes = value  # (what the batch read took, gaps read through included)

@@ -3,8 +3,8 @@
  *
  * CRC32C (Castagnoli): the SSE4.2 instruction where an x86-64 CPU has it, slicing-by-8 tables
  * otherwise (every other CPU: aarch64, and x86-64 without SSE4.2). Its Python callers:
- * records/scan.py (frame), records/framing.py (masked_crc32c); codec/_wire.c checks the framed
- * records it decodes with masked_crc.
+ * records/scan.py (frame), records/entries.py (unframe), records/framing.py (masked_crc32c);
+ * codec/_wire.c checks the framed records it decodes with masked_crc.
  */
 #include "_framing.h"
 
@@ -208,6 +208,61 @@ static PyObject *py_frame(PyObject *self, PyObject *args) {
     return Py_BuildValue("(Nn)", payloads, (Py_ssize_t)position);
 }
 
+/* unframe(buffer, starts, framed_sizes, verify_crc) -> (payloads, count): the payloads of the
+ * framed records at buffer[starts[i] : starts[i] + framed_sizes[i]], in that order, as new bytes
+ * objects, for the records an index read gathered into one buffer (records/gather.py). It stops
+ * before the first record whose length field does not say its entry's framed size, or
+ * (verify_crc) whose length or data CRC does not match, and returns how many it took: the caller
+ * reads from there its careful way, which names the file, offset and record and says why. The
+ * checks run without the GIL. Every region must lie inside the buffer (a ValueError otherwise). */
+static PyObject *py_unframe(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *buffer_obj, *starts_obj, *sizes_obj;
+    int verify;
+    if (!PyArg_ParseTuple(args, "OOOp:unframe", &buffer_obj, &starts_obj, &sizes_obj, &verify)) return NULL;
+    Py_buffer view = {0}, starts = {0}, sizes = {0};
+    PyObject *payloads = NULL, *result = NULL;
+    if (PyObject_GetBuffer(buffer_obj, &view, PyBUF_SIMPLE) < 0 || !get_int64_array(starts_obj, &starts, "starts") ||
+        !get_int64_array(sizes_obj, &sizes, "framed_sizes"))
+        goto done;
+    const int64_t *start = starts.buf, *framed = sizes.buf;
+    Py_ssize_t n = starts.len / 8;
+    if (sizes.len != starts.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and framed_sizes differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (start[i] < 0 || framed[i] < 16 || start[i] > (int64_t)view.len - framed[i]) {
+            PyErr_Format(PyExc_ValueError, "record %zd lies outside the buffer", i);
+            goto done;
+        }
+    }
+    const uint8_t *data = (const uint8_t *)view.buf;
+    Py_ssize_t count = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; count < n; count++) {
+        const uint8_t *record = data + start[count];
+        uint64_t length = (uint64_t)framed[count] - 16;
+        if (load_u64(record) != length) break;
+        if (verify && (masked_crc(record, 8) != load_u32(record + 8) ||
+                       masked_crc(record + 12, (size_t)length) != load_u32(record + 12 + length)))
+            break;
+    }
+    Py_END_ALLOW_THREADS
+    payloads = PyList_New(count);
+    if (!payloads) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *payload = PyBytes_FromStringAndSize((const char *)data + start[i] + 12, (Py_ssize_t)framed[i] - 16);
+        if (!payload) goto done;
+        PyList_SET_ITEM(payloads, i, payload);
+    }
+    result = Py_BuildValue("(On)", payloads, count);
+done:
+    Py_XDECREF(payloads);
+    release_views((Py_buffer *[]){&view, &starts, &sizes}, 3);
+    return result;
+}
+
 static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
     (void)self;
     Py_buffer data;
@@ -223,6 +278,8 @@ static PyObject *py_masked_crc32c(PyObject *self, PyObject *arg) {
 static PyMethodDef framing_methods[] = {
     {"frame", py_frame, METH_VARARGS,
      "frame(buffer, start, stop, verify_crc) -> (payloads, position): the intact framed records from start"},
+    {"unframe", py_unframe, METH_VARARGS,
+     "unframe(buffer, starts, framed_sizes, verify_crc) -> (payloads, count): the intact records at starts"},
     {"masked_crc32c", py_masked_crc32c, METH_O, "masked_crc32c(data) -> int (the TFRecord CRC)"},
     {NULL, NULL, 0, NULL},
 };

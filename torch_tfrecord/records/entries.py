@@ -22,22 +22,21 @@ from .framing import FRAME_OVERHEAD, HEADER_SIZE, crc32c
 from .io import StorageOptions, file_size, open_records_stream
 from .scan import FOOTER, HEADER, Span, length_crc_error, masked, scan
 
-__all__ = ["RangeSource", "as_entries", "read_entries", "read_entries_at"]
+__all__ = ["RangeSource", "as_entries", "entry_numbers", "read_entries", "read_entries_at", "run_starts"]
+
+_INT64_MAX = np.iinfo(np.int64).max
 
 
-def _coalesce(entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> Iterator[tuple[int, int]]:
-    """Splits entries into runs of back-to-back, consecutively numbered records.
-
-    Yields:
-        ``(first, stop)``: entries ``first..stop-1`` can be read with one request.
-    """
+def run_starts(entries: npt.NDArray[np.int64], numbers: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Where each run of back-to-back, consecutively numbered entries begins (the first at 0),
+    and ``len(entries)`` at the end: the runs an index read reads with one request each."""
     n = len(entries)
     if n == 0:
-        return
+        return np.zeros(1, dtype=np.int64)
     offsets = entries[:, 0]
     ends = offsets + entries[:, 1]
     breaks = np.flatnonzero((offsets[1:] != ends[:-1]) | (numbers[1:] != numbers[:-1] + 1)) + 1
-    yield from itertools.pairwise([0, *breaks.tolist(), n])
+    return np.concatenate([[0], breaks, [n]]).astype(np.int64)
 
 
 def as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike, path: str) -> npt.NDArray[np.int64]:
@@ -49,7 +48,7 @@ def as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike, path: str) ->
         raise ValueError(f"entries must be (offset, framed_size) pairs, got shape {array_.shape}")
     offsets, sizes = array_[:, 0], array_[:, 1]
     # offset + size must not pass int64's end either: that would wrap to a "valid" small end.
-    impossible = (offsets < 0) | (sizes < FRAME_OVERHEAD) | (offsets > np.iinfo(np.int64).max - sizes)
+    impossible = (offsets < 0) | (sizes < FRAME_OVERHEAD) | (offsets > _INT64_MAX - sizes)
     if impossible.any():
         bad = int(np.flatnonzero(impossible)[0])
         raise StaleIndexError(
@@ -57,6 +56,20 @@ def as_entries(entries: Sequence[tuple[int, int]] | npt.ArrayLike, path: str) ->
             f"are >= 0, framed sizes >= {FRAME_OVERHEAD}, and a record ends before byte 2**63"
         )
     return array_
+
+
+def entry_numbers(
+    table: npt.NDArray[np.int64], record_numbers: Sequence[int] | npt.ArrayLike | None
+) -> npt.NDArray[np.int64]:
+    """The record number of each entry: ``record_numbers``, by default each entry's position."""
+    numbers = (
+        np.arange(len(table), dtype=np.int64)
+        if record_numbers is None
+        else np.asarray(record_numbers, dtype=np.int64)
+    )
+    if len(numbers) != len(table):
+        raise ValueError(f"{len(numbers)} record_numbers for {len(table)} entries")
+    return numbers
 
 
 def read_entries(
@@ -73,16 +86,10 @@ def read_entries(
     read knows where the next record starts).
     """
     table = as_entries(entries, path)
-    numbers = (
-        np.arange(len(table), dtype=np.int64)
-        if record_numbers is None
-        else np.asarray(record_numbers, dtype=np.int64)
-    )
-    if len(numbers) != len(table):
-        raise ValueError(f"{len(numbers)} record_numbers for {len(table)} entries")
+    numbers = entry_numbers(table, record_numbers)
     size = file_size(path, storage_options)
     with open_records_stream(path, None, storage_options) as stream:
-        for first, stop in _coalesce(table, numbers):
+        for first, stop in itertools.pairwise(run_starts(table, numbers).tolist()):
             while first < stop:
                 try:
                     for payload in _read_run(stream, path, size, table, numbers, first, stop, verify_crc):

@@ -3,7 +3,8 @@
 ``TORCH_TFRECORD_DECODER`` says: ``auto`` (default: the extension when it is built), ``native``
 (an ImportError when it is not) or ``python`` (never). It governs the users of the extension
 whose results could differ: the decoder (:mod:`torch_tfrecord.codec.native`) and the plain record
-reader (:mod:`torch_tfrecord.records.scan`). Those that compute the same values either way use it
+reader (:mod:`torch_tfrecord.records.scan`, and its reads by index entry,
+:mod:`torch_tfrecord.records.entry_batches`). Those that compute the same values either way use it
 whenever it is built: the shuffles' permutation (:mod:`torch_tfrecord.data.order`, which tests
 compare with its numpy twin) and the index parser (:mod:`torch_tfrecord.records.index`). This module
 imports nothing heavy (the CLIs read without torch).
