@@ -405,6 +405,20 @@ def test_mix_and_pack_with_threads_give_the_same_batches(
     _no_thread_left()
 
 
+def test_a_selection_with_threads_reads_its_records_as_without(id_shards: Callable[..., list[Path]]) -> None:
+    paths = id_shards([40, 41, 39])
+
+    def epoch(threads: int) -> list[list[int]]:
+        ds = tt.TFRecordDataset(paths, spec=SPEC, subset=0.5, seed=6, batch_size=8, threads=threads)
+        batches = list(ds)
+        assert all(b["id"].tolist() == b["_record_id"].tolist() for b in batches)
+        return _ids(iter(batches))
+
+    expected = epoch(0)
+    assert epoch(3) == expected and len({i for ids in expected for i in ids}) == 56  # 7 whole batches of 60
+    _no_thread_left()
+
+
 def test_a_loop_left_open_at_exit_ends_quietly(tmp_path: Path) -> None:
     from id_shards import write_id_shards
 

@@ -66,9 +66,10 @@ class MixedDataset(EpochDataset):
             ``samples_per_epoch`` (the mix has those).
         weights: name -> weight (any non-negative numbers); None weighs each source by its size.
         samples_per_epoch: places per epoch over all ranks.
-        batch_size, drop_last, rank, world_size, prefetch, loader_batch_size, threads,
-            transform_threads: as for :class:`TFRecordDataset` (the sources' own ``threads`` are
-            not used: the mix's make its batches).
+        batch_size, drop_last, rank, world_size, prefetch, loader_batch_size: as for
+            :class:`TFRecordDataset`.
+        threads, transform_threads: as for :class:`TFRecordDataset` (the sources' own ``threads``
+            are not used: the mix's threads make its batches).
     """
 
     def __init__(
