@@ -20,6 +20,12 @@ Medians over ``--repeats`` rounds after one warm-up round; ratios to the main pr
 to 2 workers, in the same run.
 
     python benchmarks/bench_loader.py [--dir DIR] [--repeats 3] [--steps]
+
+``--per-batch`` prints instead the CPU and wall milliseconds per batch of ``threads=0, 1, 2`` in
+this one process, passes alternating (no process start-up, no workers): what the threads cost in
+CPU, which a machine loaded by others disturbs less than wall time.
+
+    python benchmarks/bench_loader.py --per-batch [--repeats 3] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -31,10 +37,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_dataset import BATCH, make_vs_tf_data
+from bench_dataset import BATCH, VS_TF_SPECS, count, make_vs_tf_data
 
 MODES = {  # name: (num_workers, threads)
     "main process alone (threads=0)": (0, 0),
@@ -158,18 +165,52 @@ def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]])
     )
 
 
+def per_batch(kind: str, paths: list[str], repeats: int) -> None:
+    """CPU and wall ms per batch of threads=0, 1, 2 in this process, passes alternating."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import torch_tfrecord as tt
+
+    torch.set_num_threads(1)
+    found: dict[int, list[tuple[float, float, int]]] = {0: [], 1: [], 2: []}
+    for round_ in range(repeats + 1):
+        for threads in found:
+            dataset = tt.TFRecordDataset(
+                paths, spec=VS_TF_SPECS[kind], batch_size=BATCH, shuffle="global", drop_last=False,
+                threads=threads,
+            )  # fmt: skip
+            cpu, wall = time.process_time(), time.perf_counter()
+            records = count(DataLoader(dataset, batch_size=None))
+            if round_:  # (the first round warms up)
+                found[threads].append((time.process_time() - cpu, time.perf_counter() - wall, records))
+    print(f"\n{kind}, in one process (load average {_loadavg()})")
+    print(f"{'mode':12} {'cpu ms/batch':>13} {'wall ms/batch':>14} {'x threads=0 (wall)':>19}")
+    walls = {}
+    for threads, runs in found.items():
+        batches = runs[0][2] / BATCH
+        cpu = 1000 * statistics.median(run[0] for run in runs) / batches
+        walls[threads] = 1000 * statistics.median(run[1] for run in runs) / batches
+        ratio = walls[0] / walls[threads]
+        print(f"{f'threads={threads}':12} {cpu:>13.3f} {walls[threads]:>14.3f} {ratio:>19.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", action="store_true", help="also with a training step of X ms a batch")
     parser.add_argument("--kinds", default="35B,4KB", help="the data sets, of 35B and 4KB")
+    parser.add_argument("--per-batch", action="store_true", help="CPU and wall per batch in one process")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
     print(f"start: load average {_loadavg()}, {os.cpu_count()} cores")
     for kind in args.kinds.split(","):
         paths = make_vs_tf_data(directory, kind)
+        if args.per_batch:
+            per_batch(kind, paths, args.repeats)
+            continue
         medians = measure(kind, paths, 0.0, args.repeats)
         print_table(kind, 0.0, medians)
         if args.steps:
