@@ -419,6 +419,23 @@ def test_a_selection_with_threads_reads_its_records_as_without(id_shards: Callab
     _no_thread_left()
 
 
+def test_workers_forked_while_threads_run_read_their_share_exactly(
+    id_shards: Callable[..., list[Path]],
+) -> None:
+    paths = id_shards([40, 41, 39])
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=2, shuffle=False, threads=2)
+    ds.set_epoch(0)
+    running = iter(ds)
+    next(running)  # the threads run (and read the shards) while the workers are forked
+    assert len(_loading_threads()) == 2
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
+    ids = sorted(int(i) for batch in loader for i in batch["_record_id"])
+    assert ids == list(range(120))
+    rest = [i for batch in running for i in batch["_record_id"].tolist()]
+    assert rest == list(range(4, 120))
+    _no_thread_left()
+
+
 def test_a_loop_left_open_at_exit_ends_quietly(tmp_path: Path) -> None:
     from id_shards import write_id_shards
 
