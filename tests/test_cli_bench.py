@@ -62,9 +62,29 @@ def test_bench_takes_a_spec_and_writes_a_trace(
         assert any(event["ph"] == "X" for event in json.loads(trace.read_text())["traceEvents"])
 
 
+def test_bench_with_loading_threads_and_the_comparison_of_loaders(
+    shards: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", shards, "--seconds", "0.3", "--batch-size", "64", "--threads", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "records/s" in out and "0 workers" in out and "handoff" not in out
+    argv = ["bench", shards, "--seconds", "0.3", "--batch-size", "64", "--compare", "--threads", "2"]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    rows = {line.split("  ")[0]: float(line.split()[-2].replace(",", "")) for line in lines[1:4]}
+    assert list(rows) == ["main process alone (threads=0)", "threads=2", "DataLoader(num_workers=2)"]
+    assert all(rate > 0 for rate in rows.values())
+    fastest = max(rows, key=rows.__getitem__)
+    assert lines[-1].startswith(f"fastest here: {fastest}: ")
+
+
 def test_bench_refuses_nonsense(shards: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", shards, "--workers", "-1"]) == 2
     assert "--workers" in capsys.readouterr().err
+    assert main(["bench", shards, "--threads", "-1"]) == 2
+    assert "--threads" in capsys.readouterr().err
+    assert main(["bench", shards, "--threads", "2", "--workers", "2"]) == 2
+    assert "--workers 0" in capsys.readouterr().err
     assert main(["bench", shards, "--spec", "[1, 2]"]) == 2
     assert "JSON object" in capsys.readouterr().err
     assert main(["bench", shards, "--spec", '{"label": "integer"}']) == 2

@@ -89,7 +89,7 @@ def launch(framework: str, data: Path, out: Path, kind: str = "dataset") -> list
 def epoch_items(data: Path, kind: str, epoch: int) -> collections.Counter[int]:
     """The items an epoch must give, each as often as it must: every record once; for the mix,
     each source's next stretch of its stream (its passes through its own permutations)."""
-    if kind == "dataset":
+    if kind in ("dataset", "threads"):
         return collections.Counter(range(RECORDS))
     if kind == "select":
         return collections.Counter(SELECTED)
@@ -133,6 +133,19 @@ def check_epochs(
 def test_every_record_once_per_epoch_inside_the_framework(
     framework: str, kind: str, data: Path, tmp_path: Path
 ) -> None:
+    check_framework(framework, kind, data, tmp_path)
+
+
+@pytest.mark.parametrize("framework", ["plain", "lightning"])
+def test_every_record_once_per_epoch_with_loading_threads_inside_the_framework(
+    framework: str, data: Path, tmp_path: Path
+) -> None:
+    """The loader axis: the dataset with threads=2 (used with num_workers=0, ignored by workers)."""
+    check_framework(framework, "threads", data, tmp_path)
+
+
+def check_framework(framework: str, kind: str, data: Path, tmp_path: Path) -> None:
+    """Each configuration of the framework's run: every item once per epoch, or the refusal expected."""
     ranks = launch(framework, data, tmp_path, kind)
     names = list(ranks[0])
     assert len(names) >= 2
@@ -155,6 +168,18 @@ def test_resume_mid_epoch_through_the_framework(scenario: str, kind: str, data: 
     """Stopped STOP steps into the second epoch and resumed through the framework's own
     checkpointing (Lightning and the StatefulDataLoader run load rank 0's state on both ranks):
     each rank goes on exactly where it stopped, and the epoch reads every record once."""
+    check_resume(scenario, kind, data, tmp_path)
+
+
+def test_resume_mid_epoch_with_loading_threads_through_a_stateful_dataloader(
+    data: Path, tmp_path: Path
+) -> None:
+    """The loader axis: a state saved while the dataset's threads=2 ran ahead is where the loop was."""
+    check_resume("stateful", "threads", data, tmp_path)
+
+
+def check_resume(scenario: str, kind: str, data: Path, tmp_path: Path) -> None:
+    """Each configuration of the scenario: before + after the stop is the full epoch, each item once."""
     ranks = launch(f"{scenario}-resume", data, tmp_path, kind)
     assert ranks[0]
     expected = epoch_items(data, kind, 1)

@@ -1,5 +1,7 @@
 """``torch-tfrecord bench SOURCES``: the dataset alone, as fast as it loads, for a few seconds; then
-the table of ``dataset.stats()``: what to run before blaming the loader (or the model)."""
+the table of ``dataset.stats()``: what to run before blaming the loader (or the model). With
+``--compare``: the main process alone, its loading threads and DataLoader workers on the same data,
+and which to use."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ _HELP = (
 )
 _EXAMPLES = (
     "torch-tfrecord bench 'data/train-*.tfrecord' --workers 4 --batch-size 256\n"
+    "torch-tfrecord bench 'data/train-*.tfrecord' --threads 4\n"
+    "torch-tfrecord bench 'data/train-*.tfrecord' --compare\n"
     'torch-tfrecord bench data/ --spec \'{"label": "int"}\' --trace load.json'
 )
 
@@ -30,6 +34,15 @@ def add_bench_command(commands: Any) -> list[argparse.ArgumentParser]:
     bench = add_command(commands, "bench", _HELP, _EXAMPLES)
     bench.add_argument("sources", nargs="+", help="data files, globs, directories or URLs")
     bench.add_argument("--workers", type=int, default=0, help="DataLoader workers (default: 0)")
+    bench.add_argument(
+        "--threads", type=int, default=0, help="the dataset's loading threads, with no workers (default: 0)"
+    )
+    bench.add_argument(
+        "--compare",
+        action="store_true",
+        help="load with the main process alone, with N loading threads and with N DataLoader workers "
+        "(N: --threads, else the cores this process may use), --seconds each, and say which is fastest",
+    )
     bench.add_argument("--batch-size", type=int, default=256, help="records per batch (default: 256)")
     bench.add_argument(
         "--spec",
@@ -73,30 +86,86 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..data.dataset import TFRecordDataset
     from ..data.order import Shuffle
 
-    if args.workers < 0 or args.batch_size < 1 or args.seconds <= 0:
-        raise ValueError("--workers must be >= 0, --batch-size >= 1 and --seconds > 0")
+    if args.workers < 0 or args.threads < 0 or args.batch_size < 1 or args.seconds <= 0:
+        raise ValueError("--workers and --threads must be >= 0, --batch-size >= 1 and --seconds > 0")
+    if args.workers and args.threads:
+        raise ValueError("--threads are the main process's loading threads: give --workers 0 with them")
     torch.set_num_threads(1)
     shuffle: Shuffle = False if args.shuffle.lower() in ("false", "no", "none") else args.shuffle
-    dataset = TFRecordDataset(
-        args.sources if len(args.sources) > 1 else args.sources[0],
-        batch_size=args.batch_size,
-        shuffle=shuffle,
-        drop_last=False,
-        storage_options=storage_options(args),
-        **_spec(args.spec),
-    )
+
+    def make(threads: int) -> TFRecordDataset:
+        return TFRecordDataset(
+            args.sources if len(args.sources) > 1 else args.sources[0],
+            batch_size=args.batch_size,
+            shuffle=shuffle,
+            drop_last=False,
+            storage_options=storage_options(args),
+            threads=threads,
+            **_spec(args.spec),
+        )
+
+    if args.compare:
+        return _compare(make, args.threads or _cores(), args.seconds)
+    dataset = make(args.threads)
     loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
     with dataset.trace(args.trace) if args.trace else contextlib.nullcontext():
-        deadline = time.monotonic() + args.seconds
-        epoch, batches = 0, 1
-        while batches and time.monotonic() < deadline:  # (an empty dataset: one pass)
-            dataset.set_epoch(epoch)
-            batches = 0
-            for batches, _ in enumerate(loader, 1):  # noqa: B007 - (the count is read after the loop)
-                if time.monotonic() >= deadline:
-                    break
-            epoch += 1
+        _load(dataset, loader, args.seconds)
         print(dataset.stats())
     if args.trace:
         print(f"trace: {args.trace} (open it in https://ui.perfetto.dev)")
+    return 0
+
+
+def _load(dataset: Any, loader: Any, seconds: float) -> int:
+    """Epoch after epoch of ``loader`` for ``seconds``; the records loaded."""
+    deadline = time.monotonic() + seconds
+    epoch, batches, records = 0, 1, 0
+    while batches and time.monotonic() < deadline:  # (an empty dataset: one pass)
+        dataset.set_epoch(epoch)
+        batches = 0
+        for batches, batch in enumerate(loader, 1):  # noqa: B007 - (the count is read after the loop)
+            records += len(batch["_record_id"])
+            if time.monotonic() >= deadline:
+                break
+        epoch += 1
+    return records
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _compare(make: Any, count: int, seconds: float) -> int:
+    """Records/s of the main process alone, of ``count`` loading threads and of ``count`` workers."""
+    from torch.utils.data import DataLoader
+
+    modes = {  # name: (threads, workers)
+        "main process alone (threads=0)": (0, 0),
+        f"threads={count}": (count, 0),
+        f"DataLoader(num_workers={count})": (0, count),
+    }
+    rates = {}
+    for name, (threads, workers) in modes.items():
+        dataset = make(threads)
+        start = time.monotonic()
+        # (workers that stay up between epochs, as a training run keeps them)
+        loader = DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
+        records = _load(dataset, loader, seconds)
+        rates[name] = records / (time.monotonic() - start)
+    base = rates["main process alone (threads=0)"] or 1.0
+    print(f"{'loader (no training step)':34} {'records/s':>12} {'x main process':>15}")
+    for name, rate in rates.items():
+        print(f"{name:34} {rate:>12,.0f} {rate / base:>15.2f}")
+    best = max(rates, key=rates.__getitem__)
+    advice = {
+        "main process alone (threads=0)": "the default (DataLoader(dataset, batch_size=None))",
+        f"threads={count}": f"TFRecordDataset(..., threads={count}), DataLoader(dataset, batch_size=None)",
+        f"DataLoader(num_workers={count})": f"DataLoader(dataset, batch_size=None, num_workers={count}, "
+        "persistent_workers=True)",
+    }[best]
+    print(
+        f"fastest here: {best}: {advice}. With a training step that holds the GIL (Python-heavy), "
+        "workers may win where threads would wait for it; see the performance guide."
+    )
     return 0

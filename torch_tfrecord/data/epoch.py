@@ -7,7 +7,7 @@ same for :class:`~torch_tfrecord.data.dataset.TFRecordDataset`, :class:`~torch_t
 and what is built on them: the plan's slice for this rank and worker, automatic epochs and
 ``set_epoch`` (:mod:`.epoch_counter`), the training frameworks' wrappers (:mod:`.frameworks`,
 :mod:`.wrapped`), the loader's guards (:mod:`.guards`), prefetch in the main process
-(:mod:`.prefetch`), the worker hand-off (:mod:`.handoff`), ``state_dict`` /
+(:mod:`.prefetch`) or threads (:mod:`.threaded`), the worker hand-off (:mod:`.handoff`), ``state_dict`` /
 ``load_state_dict``, also on another world size (:mod:`.resume`), and the load telemetry of
 ``stats()`` (:mod:`.telemetry`).
 """
@@ -15,9 +15,10 @@ and what is built on them: the plan's slice for this rank and worker, automatic 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -31,13 +32,19 @@ from .epoch_counter import EpochCounter
 from .frameworks import DISPATCHED_STATE, DispatchFlag, Wrapper, warn_unknown_versions
 from .guards import EpochGuard, check_loader
 from .handoff import pack_tensors
-from .internals import calling_loader, calling_wrapper, use_fast_convert, warn_batch_size_unknown
+from .internals import (
+    calling_loader,
+    calling_wrapper,
+    check_loader_batch_size,
+    use_fast_convert,
+    warn_batch_size_unknown,
+)
 from .load_stats import LoadStats
 from .order import EpochPlan, Progress, WorkerSlice
 from .pipeline import PADDING_KEY
-from .prefetch import Prefetcher
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from .telemetry import Telemetry, watch_starting_loader
+from .threaded import ahead, check_prefetch, check_threads
 from .workers import end_with_parent
 from .wrapped import shard_runs, world_items, wrapped_len
 
@@ -67,25 +74,6 @@ class NoSchedule:
         pass
 
 
-def check_prefetch(prefetch: int) -> int:
-    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-        raise ValueError(f"{prefetch=} must be an int >= 0")
-    return prefetch
-
-
-def check_loader_batch_size(loader_batch_size: int | None, batch_size: int | None) -> int | None:
-    if loader_batch_size is None:
-        return None
-    if isinstance(loader_batch_size, bool) or not isinstance(loader_batch_size, int) or loader_batch_size < 1:
-        raise ValueError(f"{loader_batch_size=} must be a positive int (the DataLoader's batch_size)")
-    if batch_size is not None:
-        raise ValueError(
-            "loader_batch_size= is for a dataset of samples batched by the DataLoader; this dataset "
-            f"makes batches of {batch_size} itself (use DataLoader(dataset, batch_size=None))"
-        )
-    return loader_batch_size
-
-
 class EpochDataset(IterableDataset[Any]):
     """An iterable dataset split exactly over DDP ranks and DataLoader workers, epoch by epoch.
 
@@ -96,11 +84,15 @@ class EpochDataset(IterableDataset[Any]):
     :meth:`_read_schedule` (what a cache hears of the reads), :meth:`_identity` (what a saved
     state must match), :meth:`_wrap_state` / :meth:`_unwrap_state` (a state of their own around
     the split's). Batch mode (``plan.batch_size``): one item per unit, a batch; sample mode: one
-    item per id.
+    item per id. :meth:`load` (and :meth:`finish`, with ``transform_threads``) may run in several
+    threads at once.
 
     Args:
         plan: the split of every epoch (before a loaded state narrows one).
-        prefetch: batches loaded ahead by a thread in the main process (0: none).
+        prefetch: batches loaded ahead by a thread in the main process (0: none); with
+            ``threads``, made or waiting ahead beyond one per thread.
+        threads: threads of the main process making that many batches at once (0: none).
+        transform_threads: :meth:`finish` runs on those threads too, not in the loop's thread.
         shuffled: the order differs between epochs (for the guard against a forgotten ``set_epoch``).
         loader_batch_size: in sample mode, the DataLoader's ``batch_size`` (found from the loader
             itself when None: see :mod:`.internals`).
@@ -109,10 +101,13 @@ class EpochDataset(IterableDataset[Any]):
     plan: EpochPlan
 
     def __init__(
-        self, plan: EpochPlan, *, prefetch: int, shuffled: bool, loader_batch_size: int | None = None
-    ) -> None:
+        self, plan: EpochPlan, *, prefetch: int, shuffled: bool, loader_batch_size: int | None = None,
+        threads: int = 0, transform_threads: bool = False,
+    ) -> None:  # fmt: skip
         self.plan = plan
         self.prefetch = check_prefetch(prefetch)
+        self.threads = check_threads(threads, transform_threads)
+        self.transform_threads = transform_threads
         self.loader_batch_size = check_loader_batch_size(loader_batch_size, plan.batch_size)
         self._epoch = EpochCounter()
         self._dispatch = DispatchFlag()
@@ -261,19 +256,21 @@ class EpochDataset(IterableDataset[Any]):
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
         live = self._live = Live(epoch, progress, workers, skip)
-        loads: Iterator[list[Any]] | Prefetcher[list[Any]]
-        loads = self._loads(plan, workers, progress, skip, epoch)
-        if info is None and self.prefetch:  # loaded ahead in a thread, while the loop trains
-            loads = Prefetcher(self._telemetry.recording(loads), self.prefetch)
+        # In the main process: loaded ahead by threads (or one prefetch thread) while the loop trains.
+        threads, prefetch = (self.threads, self.prefetch) if info is None else (0, 0)
+        finished = threads > 0 and self.transform_threads  # the transform ran on the threads
+        tasks = self._loads(plan, workers, progress, skip, epoch, finished)
+        loads = ahead(tasks, threads, prefetch, self._telemetry)
         pack = info is not None and plan.batch_size is not None
         meter = self._telemetry.meter(None if plan.batch_size else run)  # the loop's time in next()
         try:
             meter.asked()
             # The transform runs here, in the loop's thread (it may draw from torch's global RNG,
-            # which the loop uses too), and the place is counted here: what the loop received.
+            # which the loop uses too), unless it ran on the loading threads (transform_threads);
+            # the place is counted here: what the loop received (never what threads made ahead).
             for loaded in loads:
                 for item in loaded:
-                    item = self.finish(item, epoch)
+                    item = item if finished else self.finish(item, epoch)
                     if pack:  # a batch is sent to the main process as one block (see .handoff)
                         token = begin()
                         item = pack_tensors(item)
@@ -290,10 +287,10 @@ class EpochDataset(IterableDataset[Any]):
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
 
     def _loads(
-        self, plan: EpochPlan, workers: WorkerSlice, progress: Progress, skip: int, epoch: int
-    ) -> Generator[list[Any], None, None]:
-        """The rank's share of the epoch from ``progress`` on, loaded, not finished: one list per
-        read, of one batch (batch mode) or of samples."""
+        self, plan: EpochPlan, workers: WorkerSlice, progress: Progress, skip: int, epoch: int, finish: bool
+    ) -> Generator[Callable[[], list[Any]], None, None]:
+        """The rank's share of the epoch from ``progress`` on, as tasks that each load one read
+        (a list of one batch in batch mode, else of samples), not finished unless ``finish``."""
         schedule = self._read_schedule(plan, epoch, workers, progress, skip)
         remaining = progress.remaining(plan.units_per_rank)
         size = plan.batch_size
@@ -304,11 +301,18 @@ class EpochDataset(IterableDataset[Any]):
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
                 for at in range(0, len(ids), size):
                     schedule.reached(block[at // size])
-                    yield self.load(ids[at : at + size], padding[at : at + size], epoch, True)
+                    yield self._task(ids[at : at + size], padding[at : at + size], epoch, True, finish)
             else:
                 schedule.reached(block[0])
-                yield self.load(*plan.records(units, epoch), epoch, False)
+                yield self._task(*plan.records(units, epoch), epoch, False, finish)
         schedule.finished()
+
+    def _task(
+        self, ids: Ids, padding: Flags, epoch: int, batched: bool, finish: bool
+    ) -> Callable[[], list[Any]]:
+        if not finish:
+            return functools.partial(self.load, ids, padding, epoch, batched)
+        return lambda: [self.finish(item, epoch) for item in self.load(ids, padding, epoch, batched)]
 
     def _serve_world(self, epoch: int) -> Iterator[Any]:
         """Under Accelerate's DataLoaderDispatcher: on rank 0, every rank's units in the order in

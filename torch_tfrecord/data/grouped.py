@@ -63,7 +63,7 @@ class GroupedDataset(EpochDataset):
         dataset: a dataset of samples (:func:`~torch_tfrecord.data.sequences.sequences_of`).
         keys: the token keys.
         batch_size: groups per unit (None: one group per item, sample mode).
-        drop_last, rank, world_size, prefetch, loader_batch_size: as for
+        drop_last, rank, world_size, prefetch, loader_batch_size, threads: as for
             :class:`~torch_tfrecord.data.dataset.TFRecordDataset`; the rank and world size are
             the dataset's when neither is given.
         lengths_cache: a directory that keeps the sequences' lengths tables (see
@@ -84,6 +84,7 @@ class GroupedDataset(EpochDataset):
         prefetch: int,
         loader_batch_size: int | None,
         lengths_cache: PathLike | None,
+        threads: int = 0,
     ) -> None:
         self.sequences: Sequences = sequences_of(dataset, keys, lengths_cache)
         self.keys = self.sequences.keys
@@ -99,8 +100,9 @@ class GroupedDataset(EpochDataset):
             drop_last=drop_last, shuffle=False,
         )  # fmt: skip
         super().__init__(
-            plan, prefetch=prefetch, shuffled=self.sequences.shuffled, loader_batch_size=loader_batch_size
-        )
+            plan, prefetch=prefetch, shuffled=self.sequences.shuffled, loader_batch_size=loader_batch_size,
+            threads=threads,
+        )  # fmt: skip
 
     @property
     def dataset(self) -> EpochDataset:

@@ -39,6 +39,7 @@ __all__ = [
     "LoaderView",
     "calling_loader",
     "calling_wrapper",
+    "check_loader_batch_size",
     "contract",
     "loader_starting",
     "next_data_found",
@@ -287,3 +288,17 @@ def contract() -> dict[str, bool]:
     found["accelerate_dispatcher"] = isinstance(getattr(module, "DataLoaderDispatcher", None), type)
     found["accelerate_shard"] = isinstance(getattr(module, "IterableDatasetShard", None), type)
     return found
+
+
+def check_loader_batch_size(loader_batch_size: int | None, batch_size: int | None) -> int | None:
+    """A dataset's ``loader_batch_size`` checked against its own ``batch_size``."""
+    if loader_batch_size is None:
+        return None
+    if isinstance(loader_batch_size, bool) or not isinstance(loader_batch_size, int) or loader_batch_size < 1:
+        raise ValueError(f"{loader_batch_size=} must be a positive int (the DataLoader's batch_size)")
+    if batch_size is not None:
+        raise ValueError(
+            "loader_batch_size= is for a dataset of samples batched by the DataLoader; this dataset "
+            f"makes batches of {batch_size} itself (use DataLoader(dataset, batch_size=None))"
+        )
+    return loader_batch_size

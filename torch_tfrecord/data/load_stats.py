@@ -205,6 +205,8 @@ class LoadStats:
         lines.append(f"{'stage':14} {'ms/batch':>9} {'share':>6}")
         total = sum(self.stage_seconds.values()) or 1.0
         for stage in STAGES:
+            if stage == "handoff" and not workers and not self.stage_seconds[stage]:
+                continue  # (a hand-off only where workers hand batches over)
             mark = "  <- bottleneck" if stage == self.bottleneck else ""
             lines.append(
                 f"{stage:14} {1000 * self.stage_per_batch[stage]:>9.2f} "
@@ -324,7 +326,7 @@ def _advice(
     )
     if bottleneck not in ("none", "handoff"):
         text += (
-            "; or spread it over more processes (DataLoader(num_workers=N))"
+            "; or spread it over more cores (threads=N on the dataset, or DataLoader(num_workers=N))"
             if not working
             else f"; or more workers than {working}, if cores are free"
         )

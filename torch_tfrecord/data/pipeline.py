@@ -6,10 +6,12 @@ damaged record is replaced by a good one of the same batch, marked as padding, a
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -33,7 +35,15 @@ from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
 from .selected_files import SelectedFiles
 from .shards import RecordFiles
 
-__all__ = ["PADDING_KEY", "RECORD_ID_KEY", "BatchDecoder", "SeededTransform", "transformed"]
+__all__ = [
+    "PADDING_KEY",
+    "RECORD_ID_KEY",
+    "BatchDecoder",
+    "SeededTransform",
+    "check_transform_threads",
+    "on_loading_thread",
+    "transformed",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -166,7 +176,7 @@ class BatchDecoder:
             except BatchReadFailed:
                 return None  # the per-record read names the record and why
             scratch = buffer
-            token = lap(READ, token, files.read_bytes)
+            token = lap(READ, token)  # (its bytes: counted by the read, in this thread)
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps
                 # a view of the buffer once this returns.
@@ -238,12 +248,41 @@ def _sample_dtypes(files: RecordFiles) -> dict[str, Any]:
     return sample_dtypes(record for record in records if record is not None)
 
 
+# Set on a dataset's loading threads (threads=N): a transform run there draws only from the
+# generator it is given. torch's global RNG is one per process, shared with the training loop:
+# seeding it here would change the loop's random numbers, and the threads' seeds would race.
+_LOADING_THREAD: ContextVar[bool] = ContextVar("torch_tfrecord_loading_thread", default=False)
+_NEEDS_GENERATOR = (
+    "transform_threads=True runs the transform on the loading threads, where torch's global RNG "
+    "(one per process, the training loop's too) cannot be seeded for it: give a transform that "
+    "takes a generator= keyword and draws its random numbers from it, or leave transform_threads False"
+)
+
+
+@contextlib.contextmanager
+def on_loading_thread() -> Iterator[None]:
+    """Inside, transforms run as on a dataset's loading thread: seeded through ``generator=`` only."""
+    token = _LOADING_THREAD.set(True)
+    try:
+        yield
+    finally:
+        _LOADING_THREAD.reset(token)
+
+
+def check_transform_threads(transform: SeededTransform | None, transform_threads: bool) -> None:
+    """Refuses ``transform_threads=True`` for a transform that cannot be seeded on a loading thread."""
+    if transform_threads and transform is not None and not transform.takes_generator:
+        raise ValueError(_NEEDS_GENERATOR)
+
+
 class SeededTransform:
     """Runs a user transform with torch's global RNG seeded for the sample, then restored.
 
     So torchvision.transforms.v2 pipelines (which draw from the global RNG) give the same
     augmentation for the same (seed, epoch, record) however many workers run. A transform that
-    takes a ``generator`` keyword also gets a ``torch.Generator`` seeded the same way.
+    takes a ``generator`` keyword also gets a ``torch.Generator`` seeded the same way. On a
+    dataset's loading thread (``transform_threads=True``) only that generator is seeded: the
+    global RNG is left alone.
     """
 
     def __init__(self, transform: Callable[..., Any]) -> None:
@@ -258,6 +297,12 @@ class SeededTransform:
 
     def __call__(self, item: Any, seed: int) -> Any:
         token = begin()
+        if _LOADING_THREAD.get():
+            if not self.takes_generator:
+                raise ValueError(_NEEDS_GENERATOR)
+            item = self.transform(item, generator=torch.Generator().manual_seed(seed))
+            end(TRANSFORM, token)
+            return item
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if self.takes_generator:

@@ -33,17 +33,18 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Prefetcher"]
+__all__ = ["Busy", "Prefetcher", "close_at_exit", "closed"]
 
 T = TypeVar("T")
 
 _END = object()  # the iterator is exhausted
-# The "inside the iterator" lock of every running prefetch thread, taken around each fork.
-_RUNNING: weakref.WeakSet[_Busy] = weakref.WeakSet()
+# The "inside the iterator" lock of every running loading thread, taken around each fork.
+_RUNNING: weakref.WeakSet[Busy] = weakref.WeakSet()
 
 
-class _Busy:
-    """Held by a prefetch thread while it is inside its iterator (weakly referenceable)."""
+class Busy:
+    """Held by a loading thread while it is inside its work (weakly referenceable): a fork
+    waits for it (a prefetch thread's, or each of :mod:`.threaded`'s threads')."""
 
     __slots__ = ("__weakref__", "lock", "owner")
 
@@ -51,9 +52,18 @@ class _Busy:
         self.lock = threading.Lock()
         self.owner = 0  # the thread's ident
 
+    def running(self) -> None:
+        """The thread holding it from now on is this one (call it in the thread)."""
+        self.owner = threading.get_ident()
+        _RUNNING.add(self)
 
-_held: list[_Busy] = []  # the locks the fork in progress took
-_OPEN: weakref.WeakSet[Prefetcher[Any]] = weakref.WeakSet()  # those whose thread runs
+    def ended(self) -> None:
+        """The thread has ended: forks wait for it no more."""
+        _RUNNING.discard(self)
+
+
+_held: list[Busy] = []  # the locks the fork in progress took
+_OPEN: weakref.WeakSet[Any] = weakref.WeakSet()  # loops whose threads run (each with close(deadline))
 _EXIT_WAIT_S = 30.0  # at exit, how long the loops still open may take to end the item in progress
 
 
@@ -72,6 +82,17 @@ def _after_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork, after_in_parent=_after_fork, after_in_child=_after_fork)
+
+
+def close_at_exit(loop: Any) -> None:
+    """Closes ``loop`` (``loop.close(deadline)``) at the interpreter's exit if it is still open then
+    (held weakly: a loop collected before is forgotten)."""
+    _OPEN.add(loop)
+
+
+def closed(loop: Any) -> None:
+    """``loop`` was closed: nothing to do for it at exit."""
+    _OPEN.discard(loop)
 
 
 class _Raised:
@@ -106,7 +127,7 @@ class Prefetcher(Generic[T]):
         self._items: Iterator[T] | None = items
         self._queue: queue.Queue[object] = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
-        self._busy = _Busy()
+        self._busy = Busy()
         self._thread: threading.Thread | None = None
         self._name = name
         self._done = False
@@ -133,7 +154,7 @@ class Prefetcher(Generic[T]):
                 daemon=True,
             )
             _RUNNING.add(self._busy)
-            _OPEN.add(self)
+            close_at_exit(self)
             self._thread.start()
         item = self._queue.get()
         if item is _END:
@@ -152,7 +173,7 @@ class Prefetcher(Generic[T]):
         if thread is None:
             self._items = None
             return
-        _OPEN.discard(self)
+        closed(self)
         self._stop.set()
         # Emptied after the flag is set: the thread's pending put goes through, then it sees the flag.
         while thread.is_alive() and (deadline is None or time.monotonic() < deadline):
@@ -182,10 +203,10 @@ def _close_open_loops() -> None:
 
 
 def _run(
-    items: Iterator[object] | None, out: queue.Queue[object], stop: threading.Event, busy: _Busy
+    items: Iterator[object] | None, out: queue.Queue[object], stop: threading.Event, busy: Busy
 ) -> None:
     assert items is not None
-    busy.owner = threading.get_ident()
+    busy.running()
     try:
         while True:
             with busy.lock:
@@ -196,7 +217,7 @@ def _run(
     except BaseException as error:  # handed to the consumer, which raises it
         out.put(_Raised(error))
     finally:
-        _RUNNING.discard(busy)
+        busy.ended()
         close = getattr(items, "close", None)
         if close is not None:
             with busy.lock:

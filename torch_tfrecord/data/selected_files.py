@@ -123,9 +123,7 @@ class SelectedFiles(RecordFiles):
     def read_framed(
         self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
     ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        framed = self.base.read_framed(self.record_ids(record_ids), scratch)
-        self.read_bytes = self.base.read_bytes  # (for the load telemetry)
-        return framed
+        return self.base.read_framed(self.record_ids(record_ids), scratch)
 
     def select(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
         raise ValueError(

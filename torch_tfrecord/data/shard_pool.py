@@ -5,17 +5,23 @@ needed when, fetched ahead of the reading position).
 Only the specs and the storage options pickle: each DataLoader worker opens its own sources. A
 forked worker keeps the sources it inherited (descriptors and mappings stay valid, and each
 remote or compressed source starts its own connections and threads afresh after a fork).
+
+Several threads may read at once (a dataset's ``threads=``): a source let go while other threads
+are inside a read (:func:`using_pool`) is closed only once every read that began before it was let
+go has ended, since such a read may hold its descriptor or mapping (the native batch read uses
+them without the GIL).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 import numpy as np
 
@@ -24,7 +30,7 @@ from ..records.remote.eviction import FETCH_AHEAD, ShardUses
 from ..records.sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
 from ..support.stages import Helpers
 
-__all__ = ["CAPS", "FETCHES_STARTED", "ShardPool"]
+__all__ = ["CAPS", "FETCHES_STARTED", "ShardPool", "using_pool"]
 
 CAPS = {"local": 64, "remote": 64, "cached": 64, "inflating": 8}
 """Sources of each kind open at once in a process (an inflating one holds segments and a thread)."""
@@ -36,6 +42,7 @@ time, see records/remote/cached.py); more start as those end. Under a global shu
 is needed from the epoch's start: starting them all at once cost a rank of 20,000 shards about a
 second of CPU before its first batch, for downloads that would wait in a queue."""
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 def _kind(spec: ShardSpec) -> str:
@@ -69,6 +76,10 @@ class ShardPool:
         self._fetchers: dict[int, CachedSource] = {}  # compressed cached shards' downloads
         self._fetching: dict[int, CachedSource] = {}  # downloads started ahead, not yet ended
         self._looked = -float("inf")
+        self._reads: dict[int, int] = {}  # the reads in progress (by number) and their threads
+        self._read_number = 0
+        # Sources let go while other threads read: (the last read begun then, the source).
+        self._retired: list[tuple[int, ShardSource]] = []
 
     def _guard(self) -> threading.RLock:
         if self._pid != os.getpid():  # forked: another thread may have held the lock then
@@ -95,23 +106,53 @@ class ShardPool:
                 if len(opened) >= CAPS[_kind(spec)]:
                     oldest, evicted = opened.popitem(last=False)
                     self.forget_local(oldest)
-                    evicted.close()
+                    self._retire(evicted)
                 opened[shard] = source = fresh
                 return source
             opened.move_to_end(shard)
         fresh.close()
         return source
 
+    def _retire(self, source: ShardSource) -> None:
+        """Closes a source let go (under the lock): now if no other thread is inside a read, else
+        once the reads in progress now have ended."""
+        me = threading.get_ident()
+        if all(thread == me for thread in self._reads.values()):
+            source.close()
+        else:
+            self._retired.append((self._read_number, source))
+
+    def begin_read(self) -> int:
+        """A read starts in this thread (its sources stay open until :meth:`end_read`); its number."""
+        with self._guard():
+            number = self._read_number = self._read_number + 1
+            self._reads[number] = threading.get_ident()
+            return number
+
+    def end_read(self, number: int) -> None:
+        """The read ``number`` has ended: the sources let go before every read still in progress
+        began are closed."""
+        with self._guard():
+            self._reads.pop(number, None)
+            oldest = min(self._reads, default=self._read_number + 1)
+            closing = [source for after, source in self._retired if after < oldest]
+            self._retired = [(after, source) for after, source in self._retired if after >= oldest]
+        for source in closing:
+            source.close()
+
     def open_local(self, shard: int) -> bool:
         """Opens shard ``shard`` for the native batch read: False when it is not a local file now
         (a remote shard without its complete cached copy, a compressed one)."""
         if self.specs[shard].inflating:
             return False
-        local = self.source(shard).local()
+        source = self.source(shard)
+        local = source.local()
         if local is None:
             return False
-        self.fds[shard] = local.fd
-        self.maps[shard] = local.mapping
+        with self._guard():  # (not if another thread let it go meanwhile: it is opened again)
+            if self._open[_kind(self.specs[shard])].get(shard) is source:
+                self.fds[shard] = local.fd
+                self.maps[shard] = local.mapping
         return True
 
     def forget_local(self, shard: int) -> None:
@@ -243,3 +284,25 @@ class ShardPool:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._reset()
+
+
+class _Pooled(Protocol):
+    pool: ShardPool
+
+
+S = TypeVar("S", bound=_Pooled)
+
+
+def using_pool(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], T]:
+    """A method of an object with a ``pool`` that reads through it: no source it uses is closed
+    by another thread meanwhile (see the module's docstring)."""
+
+    def reading(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        number = self.pool.begin_read()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self.pool.end_read(number)
+
+    functools.update_wrapper(reading, method)
+    return reading

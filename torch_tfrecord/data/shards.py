@@ -29,10 +29,11 @@ from ..records.reader import OnError
 from ..records.remote import for_each_path
 from ..records.remote.cache import ShardCache
 from ..records.sources import BatchReadFailed, ShardSpec, Storage, shard_specs
+from ..support.stages import BYTES, count
 from .guards import check_sources
 from .manifest_files import find_manifest, manifest_files
 from .shard_index import IndexArg, ShardIndex, resolve_index
-from .shard_pool import CAPS, ShardPool
+from .shard_pool import CAPS, ShardPool, using_pool
 from .shard_tables import ShardTables, TableLoader
 
 __all__ = ["CacheDir", "RecordFiles", "grown", "make_cache", "record_files"]
@@ -112,7 +113,6 @@ class RecordFiles:
         # The native batch read applies where every shard may be a local file (remote ones once
         # their cached copies are complete); compressed ones are inflated, remote ones fetched.
         self._gathers = all(spec.kind != "remote" and not spec.inflating for spec in self.specs)
-        self.read_bytes = 0  # what the last read_framed took (for the load telemetry)
 
     @classmethod
     def from_sources(
@@ -204,13 +204,12 @@ class RecordFiles:
     def fingerprint(self) -> str:
         """Identifies the data: file names, sizes and record counts (not the directory they are in)."""
         digest = hashlib.sha256()
-        for path, size, table, count in zip(
+        for path, size, table, rows in zip(
             self.paths, self.sizes, self.tables.arrays, self.counts, strict=True
         ):
-            # Part of a file (select()) also says where it starts; a whole file reads as it always did
-            # (a table still to fetch is a whole file's).
+            # Part of a file (select()) also says where it starts; a whole file (or table to fetch) as ever.
             start = f"\0{int(table[0, 0])}" if len(table) and table[0, 0] else ""
-            digest.update(f"{os.path.basename(path)}\0{size}\0{int(count)}{start}\n".encode())
+            digest.update(f"{os.path.basename(path)}\0{size}\0{int(rows)}{start}\n".encode())
         return digest.hexdigest()[:32]
 
     def locate(self, record_ids: npt.ArrayLike) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -226,6 +225,7 @@ class RecordFiles:
         shards, local = self.locate([record_id])
         return f"record {int(local[0])} of {self.paths[int(shards[0])]!r}"
 
+    @using_pool
     def read(
         self, record_ids: npt.ArrayLike, *, verify_crc: bool = True, on_error: OnError = "raise"
     ) -> list[bytes | None]:
@@ -254,6 +254,7 @@ class RecordFiles:
                 result[place] = payload
         return result
 
+    @using_pool
     def read_framed(
         self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
     ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -296,7 +297,7 @@ class RecordFiles:
         positions = np.zeros(len(ids), dtype=np.int64)
         np.cumsum(entries[:-1, 1], out=positions[1:])
         total = int(entries[:, 1].sum())
-        self.read_bytes = total
+        count(BYTES, total)  # (the load telemetry's, in the thread that read)
         buffer = bytearray(total) if scratch is None else grown(scratch, total)
         runs = []
         for first, stop in itertools.pairwise(bounds):
@@ -346,7 +347,7 @@ class RecordFiles:
                 COALESCE_GAP,
             )
             if status == Gathered.DONE:
-                self.read_bytes = value  # (what the batch read took, gaps read through included)
+                count(BYTES, value)  # (what the batch read took, gaps read through included)
                 return buffer, starts, sizes
             if status == Gathered.OPEN:  # opening it may let go of the least recently used one
                 if not pool.open_local(value):

@@ -112,8 +112,23 @@ class Telemetry:
 
     def recording(self, loads: Iterator[T]) -> Iterator[T]:
         """``loads``, counting its stages in whichever thread runs it (a prefetch thread)."""
+        return loads if self.local() is None else _recording(self, loads)
+
+    @contextlib.contextmanager
+    def loading(self) -> Iterator[None]:
+        """Counts the stages of the current thread inside, as a loading thread of its own (one of
+        a dataset's ``threads=``, a prefetch thread)."""
         process = self.local()
-        return loads if process is None else _recording(process, loads)
+        if process is None:
+            yield
+            return
+        record = process.loading_record()
+        previous = swap(record)
+        try:
+            yield
+        finally:
+            swap(previous)
+            process.retire(record)
 
     def fetch(self, function: Callable[[Any], T], iterator: Any, first: bool) -> T:
         """A DataLoader iterator's ``next()`` in the main process, timed as the loop's wait."""
@@ -221,14 +236,9 @@ def _read_spans(directory: str, start: int, end: int) -> list[Span]:
     return found
 
 
-def _recording(process: ProcessCounters, loads: Iterator[T]) -> Iterator[T]:
-    record = process.loading_record()
-    previous = swap(record)
-    try:
+def _recording(telemetry: Telemetry, loads: Iterator[T]) -> Iterator[T]:
+    with telemetry.loading():
         yield from loads
-    finally:
-        swap(previous)
-        process.retire(record)
 
 
 def telemetry_of(dataset: Any) -> Telemetry | None:

@@ -1,0 +1,223 @@
+"""Threads in the loading process against DataLoader workers (issue 55): records/s, CPU, memory.
+
+Data: bench_dataset.py's data sets against TensorFlow, 4 shards x 20,000 Examples of ~35 bytes
+{label, score} and of ~4 KB {data: 4,096 bytes, label, floats: 16}, read from the page cache.
+Every mode reads the same records: ``TFRecordDataset(batch_size=256, shuffle="global")``
+through ``DataLoader(batch_size=None)``, construction included:
+
+- main process alone: ``threads=0`` (its prefetch thread, ``prefetch=2``), ``num_workers=0``;
+- ``DataLoader(num_workers=1)`` and ``(num_workers=2)``;
+- ``threads=1`` and ``threads=2``, ``num_workers=0``.
+
+Each pass runs in a fresh process (one per mode and round, the modes' order turning round by
+round): wall seconds, the CPU seconds of the process and its workers, and the peak of their
+resident memory added up (RSS, and PSS: a forked worker's pages shared with its parent counted
+once), sampled every 20 ms from /proc. ``--steps`` adds a simulated training step that holds
+the GIL for X ms a batch (a pure-Python loop, as a Python-heavy step does), X = 0, the main
+process's own time per batch (measured in the first round), and twice it; the table then also
+says what share of the pass the trainer spent in its steps (1.00: loading hidden entirely).
+Medians over ``--repeats`` rounds after one warm-up round; ratios to the main process alone and
+to 2 workers, in the same run.
+
+    python benchmarks/bench_loader.py [--dir DIR] [--repeats 3] [--steps]
+
+``--per-batch`` prints instead the CPU and wall milliseconds per batch of ``threads=0, 1, 2`` in
+this one process, passes alternating (no process start-up, no workers): what the threads cost in
+CPU, which a machine loaded by others disturbs less than wall time.
+
+    python benchmarks/bench_loader.py --per-batch [--repeats 3] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_dataset import BATCH, VS_TF_SPECS, count, make_vs_tf_data
+
+MODES = {  # name: (num_workers, threads)
+    "main process alone (threads=0)": (0, 0),
+    "DataLoader(num_workers=1)": (1, 0),
+    "DataLoader(num_workers=2)": (2, 0),
+    "threads=1": (0, 1),
+    "threads=2": (0, 2),
+}
+MAIN, TWO_WORKERS = "main process alone (threads=0)", "DataLoader(num_workers=2)"
+
+# One pass in a fresh process: argv = kind, paths (JSON), workers, threads, step ms.
+_PASS = """
+import json, os, resource, sys, threading, time
+import torch
+from torch.utils.data import DataLoader
+import torch_tfrecord as tt
+sys.path.insert(0, sys.argv[6])
+from bench_dataset import VS_TF_SPECS
+torch.set_num_threads(1)
+kind, paths, workers, threads, step_ms = sys.argv[1], json.loads(sys.argv[2]), *map(float, sys.argv[3:6])
+peak = {"rss": 0, "pss": 0}
+done = threading.Event()
+
+def tree():
+    pids, at = [os.getpid()], 0
+    while at < len(pids):
+        for task in os.listdir(f"/proc/{pids[at]}/task"):
+            try:
+                with open(f"/proc/{pids[at]}/task/{task}/children") as f:
+                    pids += [int(p) for p in f.read().split()]
+            except OSError:
+                pass
+        at += 1
+    return pids
+
+def sample():
+    while not done.wait(0.02):
+        rss = pss = 0
+        for pid in tree():
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith(("Rss:", "Pss:")):
+                            value = int(line.split()[1])
+                            rss, pss = (rss + value, pss) if line[0] == "R" else (rss, pss + value)
+            except OSError:
+                pass
+        peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
+
+sampler = threading.Thread(target=sample, daemon=True)
+sampler.start()
+start, cpu = time.perf_counter(), time.process_time()
+ds = tt.TFRecordDataset(paths, spec=VS_TF_SPECS[kind], batch_size=256, shuffle="global",
+                        drop_last=False, threads=int(threads))
+n = 0
+for batch in DataLoader(ds, batch_size=None, num_workers=int(workers)):
+    n += len(batch["label"])
+    if step_ms:  # a training step holding the GIL (but for the interpreter's switch interval)
+        until = time.perf_counter() + step_ms / 1000
+        while time.perf_counter() < until:
+            pass
+seconds = time.perf_counter() - start
+done.set()
+sampler.join()
+children = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"records": n, "seconds": seconds, "cpu": time.process_time() - cpu
+                  + children.ru_utime + children.ru_stime, "rss_kb": peak["rss"], "pss_kb": peak["pss"]}))
+"""
+
+
+def one_pass(kind: str, paths: list[str], workers: int, threads: int, step_ms: float) -> dict[str, Any]:
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run(
+        [sys.executable, "-c", _PASS, kind, json.dumps(paths), *map(str, (workers, threads, step_ms)), here],
+        capture_output=True, text=True, check=True, timeout=600,
+    )  # fmt: skip
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure(kind: str, paths: list[str], step_ms: float, repeats: int) -> dict[str, dict[str, float]]:
+    """Medians of each mode over ``repeats`` rounds (after a warm-up round), modes turning round by round."""
+    names = list(MODES)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    for round_ in range(repeats + 1):
+        order = names[round_ % len(names) :] + names[: round_ % len(names)]
+        for name in order:
+            result = one_pass(kind, paths, *MODES[name], step_ms)
+            if round_:
+                runs[name].append(result)
+    return {
+        name: {key: statistics.median(float(run[key]) for run in found) for key in found[0]}
+        for name, found in runs.items()
+    }
+
+
+def _loadavg() -> str:
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]]) -> None:
+    main, two = medians[MAIN], medians[TWO_WORKERS]
+    rate = {name: m["records"] / m["seconds"] for name, m in medians.items()}
+    print(f"\n{kind}, step {step_ms:.2f} ms a batch holding the GIL (load average {_loadavg()})")
+    header = f"{'mode':32} {'records/s':>10} {'x main':>7} {'x 2 wkrs':>8} {'cpu s':>6} {'RSS MB':>7}"
+    print(header + f" {'PSS MB':>7}" + (f" {'step share':>10}" if step_ms else ""))
+    for name, m in medians.items():
+        line = (
+            f"{name:32} {rate[name]:>10,.0f} {rate[name] / rate[MAIN]:>7.2f} "
+            f"{rate[name] / rate[TWO_WORKERS]:>8.2f} {m['cpu']:>6.2f} {m['rss_kb'] / 1024:>7.0f} "
+            f"{m['pss_kb'] / 1024:>7.0f}"
+        )
+        if step_ms:  # the trainer's share of the pass in its steps
+            line += f" {(m['records'] / BATCH) * step_ms / 1000 / m['seconds']:>10.2f}"
+        print(line)
+    print(
+        f"threads=2: {rate['threads=2'] / rate[MAIN]:.2f}x the main process alone (target 1.6), "
+        f"{rate['threads=2'] / rate[TWO_WORKERS]:.2f}x 2 workers (target 1.5), RSS "
+        f"{medians['threads=2']['rss_kb'] / two['rss_kb']:.2f}x 2 workers' (target <= 0.5); "
+        f"main alone {1000 * main['seconds'] / (main['records'] / BATCH):.2f} ms a batch"
+    )
+
+
+def per_batch(kind: str, paths: list[str], repeats: int) -> None:
+    """CPU and wall ms per batch of threads=0, 1, 2 in this process, passes alternating."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    import torch_tfrecord as tt
+
+    torch.set_num_threads(1)
+    found: dict[int, list[tuple[float, float, int]]] = {0: [], 1: [], 2: []}
+    for round_ in range(repeats + 1):
+        for threads in found:
+            dataset = tt.TFRecordDataset(
+                paths, spec=VS_TF_SPECS[kind], batch_size=BATCH, shuffle="global", drop_last=False,
+                threads=threads,
+            )  # fmt: skip
+            cpu, wall = time.process_time(), time.perf_counter()
+            records = count(DataLoader(dataset, batch_size=None))
+            if round_:  # (the first round warms up)
+                found[threads].append((time.process_time() - cpu, time.perf_counter() - wall, records))
+    print(f"\n{kind}, in one process (load average {_loadavg()})")
+    print(f"{'mode':12} {'cpu ms/batch':>13} {'wall ms/batch':>14} {'x threads=0 (wall)':>19}")
+    walls = {}
+    for threads, runs in found.items():
+        batches = runs[0][2] / BATCH
+        cpu = 1000 * statistics.median(run[0] for run in runs) / batches
+        walls[threads] = 1000 * statistics.median(run[1] for run in runs) / batches
+        ratio = walls[0] / walls[threads]
+        print(f"{f'threads={threads}':12} {cpu:>13.3f} {walls[threads]:>14.3f} {ratio:>19.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--dir")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", action="store_true", help="also with a training step of X ms a batch")
+    parser.add_argument("--kinds", default="35B,4KB", help="the data sets, of 35B and 4KB")
+    parser.add_argument("--per-batch", action="store_true", help="CPU and wall per batch in one process")
+    args = parser.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
+    os.makedirs(directory, exist_ok=True)
+    print(f"start: load average {_loadavg()}, {os.cpu_count()} cores")
+    for kind in args.kinds.split(","):
+        paths = make_vs_tf_data(directory, kind)
+        if args.per_batch:
+            per_batch(kind, paths, args.repeats)
+            continue
+        medians = measure(kind, paths, 0.0, args.repeats)
+        print_table(kind, 0.0, medians)
+        if args.steps:
+            main_ms = 1000 * medians[MAIN]["seconds"] / (medians[MAIN]["records"] / BATCH)
+            for step_ms in (main_ms, 2 * main_ms):
+                print_table(kind, step_ms, measure(kind, paths, step_ms, args.repeats))
+
+
+if __name__ == "__main__":
+    main()
