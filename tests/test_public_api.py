@@ -56,7 +56,7 @@ def test_the_public_names_are_pinned() -> None:
 def test_the_one_table_is_what_the_package_exports_and_where_each_name_lives() -> None:
     table = _stub_table()
     modules = {name: path for name, path in table.items() if name not in PUBLIC}
-    assert sorted(modules) == sorted(tt._MODULES) == ["native", "order", "ray", "remote", "tfds"]
+    assert sorted(modules) == sorted(tt._MODULES) == ["native", "order", "ray", "remote", "spark", "tfds"]
     for name in PUBLIC:
         value = importlib.import_module(table[name]).__dict__[name]
         assert getattr(tt, name) is value, name
