@@ -206,7 +206,9 @@ class _Resolved:
     def _infer(self) -> None:
         records: list[bytes] = []
         for path in self.plan.paths:
-            reader = read_records(path, verify_crc=False, storage_options=self.options.storage_options)
+            reader = read_records(  # (a damaged record says nothing of the spec)
+                path, on_error="skip", storage_options=self.options.storage_options
+            )
             for record in reader:
                 records.append(record)
                 if len(records) >= self.options.infer_records:
