@@ -63,6 +63,7 @@ from .errors import SpecError as SpecError
 from .errors import StaleIndexError as StaleIndexError
 from .errors import TFRecordError as TFRecordError
 from .errors import TruncatedRecordError as TruncatedRecordError
+from .integrations import beam as beam
 from .integrations import ray as ray
 from .integrations import spark as spark
 from .integrations import tfds as tfds

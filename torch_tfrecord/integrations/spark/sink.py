@@ -35,7 +35,7 @@ from ...records.io import exists, is_url, join, local_path
 from ...records.manifest import manifest_for, read_manifest, write_manifest
 from ...records.writer import RecordWriter, WriteCompression
 from ._types import encode_batch, spec_for_schema
-from .source import parse_spec_option, storage_options_of
+from .options import parse_spec_option, storage_options_of
 
 __all__ = ["Piece", "PieceList", "TFRecordWriter", "WriteOptions"]
 

@@ -27,76 +27,13 @@ from ...errors import SpecError
 from ...records.reader import read_records
 from ..ranges import DecodeOptions, ReadPlan, RecordRange, plan_read, read_range
 from ._types import decoding_spec, schema_for, spec_for_schema, to_batch
+from .options import flag, parse_spec_option, positive, sources_of, storage_options_of
 
-__all__ = ["ReadOptions", "TFRecordDataSource", "parse_spec_option"]
+__all__ = ["ReadOptions", "TFRecordDataSource"]
 
 logger = logging.getLogger(__name__)
 
 _RECORD_TYPES = ("example", "sequence_example", "raw")
-
-
-def parse_spec_option(text: str, option: str = "spec") -> dict[str, dict[str, FeatureSpec]]:
-    """A spec option: a ``spec.json`` document, or just its ``{"key": {"kind": ...}}`` mapping.
-
-    Returns:
-        ``{"spec": ...}`` or ``{"context_spec": ..., "sequence_spec": ...}``.
-
-    Raises:
-        SpecError: not JSON, or a feature that is not a spec (an unknown kind, a bad dtype ...),
-            naming the option and key.
-    """
-    try:
-        document = json.loads(text)
-    except ValueError as error:
-        raise SpecError(f"option {option!r} is not JSON: {str(error)[:200]}") from None
-    if isinstance(document, dict) and "format" not in document:
-        document = {"format": "torch-tfrecord-spec", "version": 1, "spec": document}
-    parsed = decode_spec_json(json.dumps(document), f"option {option!r}")
-    if parsed is None:
-        raise SpecError(f"option {option!r} is not a torch-tfrecord spec")
-    return parsed
-
-
-def _flag(options: Mapping[str, str], key: str, default: bool) -> bool:
-    value = options.get(key)
-    if value is None:
-        return default
-    if value.lower() not in ("true", "false"):
-        raise ValueError(f"option {key!r}={value!r} must be 'true' or 'false'")
-    return value.lower() == "true"
-
-
-def _positive(options: Mapping[str, str], key: str, default: int | None) -> int | None:
-    value = options.get(key)
-    if value is None:
-        return default
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise ValueError(f"option {key!r}={value!r} must be a positive integer")
-    return number
-
-
-def sources_of(options: Mapping[str, str]) -> list[str]:
-    """The ``path`` option (``load(path)``), or ``paths``: a JSON list of paths, globs, URLs."""
-    if "paths" in options:
-        paths = json.loads(options["paths"])
-        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
-            raise ValueError(f"option 'paths'={options['paths']!r} must be a JSON list of paths")
-        return paths
-    if not options.get("path"):
-        raise ValueError("no path: spark.read.format('tfrecord').load(path), or option('paths', json_list)")
-    return [options["path"]]
-
-
-def storage_options_of(options: Mapping[str, str]) -> dict[str, Any]:
-    text = options.get("storage_options")
-    found = json.loads(text) if text else {}
-    if not isinstance(found, dict):
-        raise ValueError("option 'storage_options' must be a JSON object")
-    return found
 
 
 _READ_KEYS = {"path", "paths", "spec", "record_type", "on_error", "verify_crc", "max_partition_bytes"}
@@ -137,9 +74,9 @@ class ReadOptions:
             spec,
             payload,
             on_error,
-            _flag(options, "verify_crc", True),
-            _positive(options, "max_partition_bytes", 128 << 20) or 0,
-            _positive(options, "infer_records", 1000) or 0,
+            flag(options, "verify_crc", True),
+            positive(options, "max_partition_bytes", 128 << 20) or 0,
+            positive(options, "infer_records", 1000) or 0,
             storage_options_of(options),
         )
 
