@@ -24,8 +24,7 @@ import pyarrow.compute as pc
 import torch
 from pyspark.sql import types as st
 
-from ...codec.arrow import numpy_of, plain_column, row_values, steps_array
-from ...codec.encode import encode_example
+from ...codec.arrow import encode_rows, numpy_of, plain_column, steps_array
 from ...codec.payloads import LENGTHS_KEY, RECORD_KEY, Payload, RawPayload, SequencePayload
 from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen
@@ -231,13 +230,4 @@ def encode_batch(batch: pa.RecordBatch) -> list[bytes]:
     Raises:
         TypeError, ValueError: a value that cannot be encoded, naming its column and row.
     """
-    names = batch.schema.names
-    columns = [row_values(batch.column(i)) for i in range(batch.num_columns)]
-    encoded = []
-    for row in range(batch.num_rows):
-        features = {name: values[row] for name, values in zip(names, columns) if values[row] is not None}
-        try:
-            encoded.append(encode_example(features))
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"row {row} of the batch: {error}") from error
-    return encoded
+    return encode_rows(batch)

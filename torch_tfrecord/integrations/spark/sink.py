@@ -33,7 +33,7 @@ from ...records.atomic import remove_quietly
 from ...records.index import default_index_path, index_from_sizes
 from ...records.io import exists, is_url, join, local_path
 from ...records.manifest import manifest_for, read_manifest, write_manifest
-from ...records.writer import RecordWriter, WriteCompression
+from ...records.writer import RecordWriter, WriteCompression, move_written
 from ._types import encode_batch, spec_for_schema
 from .options import parse_spec_option, storage_options_of
 
@@ -252,7 +252,8 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
             base = join(self.root, folder) if folder else self.root
             for i, piece in enumerate(pieces):
                 target = join(base, f"{options.prefix}-{i:05d}-of-{len(pieces):05d}{options.suffix}")
-                self._publish(piece.path, target)
+                indexed = options.compression is None
+                move_written(piece.path, target, indexed=indexed, storage_options=options.storage_options)
                 shard_paths.append(target)
                 sizes.append(piece.framed_sizes)
         with_index = options.compression is None
@@ -275,22 +276,6 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
         if not self.overwrite or not exists(self.manifest, self.options.storage_options):
             return []
         return read_manifest(self.manifest, self.options.storage_options).shard_paths()
-
-    def _publish(self, source: str, target: str) -> None:
-        """Moves a finished piece (its index first) to its final name."""
-        storage = self.options.storage_options
-        moves = (
-            [(default_index_path(source), default_index_path(target))]
-            if self.options.compression is None
-            else []
-        )
-        if self.options.compression is not None and exists(default_index_path(target), storage):
-            remove_quietly(default_index_path(target), storage)  # it described the file replaced
-        for old, new in [*moves, (source, target)]:
-            if is_url(old):
-                remote.move(old, new, storage)
-            else:
-                os.replace(old, new)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._remove_leftovers()
