@@ -16,6 +16,7 @@ decoder. Damaged records skipped with ``on_error="skip"`` are counted in the Bea
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -29,7 +30,7 @@ import torch
 from ...codec.decode import SpecArg
 from ...codec.encode import encode_example
 from ...codec.payloads import payload_for
-from ...codec.rows import split_batch
+from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, normalize_spec
 from ...codec.spec_file import decode_spec_json, encode_spec_json
 from ...records.framing import crc32c
@@ -47,10 +48,19 @@ logger = logging.getLogger(__name__)
 _NAMESPACE = "torch_tfrecord"
 
 
-def _numpy(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return (value.float() if value.dtype == torch.bfloat16 else value).numpy()
-    return value
+def _numpy_rows(column: Any) -> Sequence[Any]:
+    """A decoded column as one NumPy value per row (views of one array per column, not a tensor
+    per row: a Python object per value costs more than the decode)."""
+    if isinstance(column, torch.Tensor):
+        array = (column.float() if column.dtype == torch.bfloat16 else column).numpy()
+        return list(array)
+    if isinstance(column, Ragged):
+        values = (column.values.float() if column.values.dtype == torch.bfloat16 else column.values).numpy()
+        bounds = column.offsets.tolist()
+        return [values[begin:end] for begin, end in itertools.pairwise(bounds)]
+    if isinstance(column, list):
+        return column
+    raise TypeError(f"no NumPy rows for a column of type {type(column).__name__}")
 
 
 class WriteExamples(beam.PTransform):  # type: ignore[misc]
@@ -168,7 +178,7 @@ class ReadExamples(beam.PTransform):  # type: ignore[misc]
         on_error: ``"raise"``, or ``"skip"``: damaged records are left out, logged and counted
             (Beam counter ``torch_tfrecord/skipped_records``).
         verify_crc: check both CRCs of each record.
-        max_range_bytes: the framed bytes one range (one unit of work) reads, about.
+        max_range_bytes: the framed bytes one range (one unit of work) reads, about (16 MiB).
         output: ``"numpy"`` (dicts) or ``"arrow"`` (tables; Examples decoded by a spec).
         storage_options: for the fsspec file system of URLs.
 
@@ -185,7 +195,7 @@ class ReadExamples(beam.PTransform):  # type: ignore[misc]
         sequence_spec: SpecArg = None,
         on_error: OnError = "raise",
         verify_crc: bool = True,
-        max_range_bytes: int = 64 << 20,
+        max_range_bytes: int = 16 << 20,
         output: Literal["numpy", "arrow"] = "numpy",
         storage_options: StorageOptions = None,
     ) -> None:
@@ -248,11 +258,10 @@ class _ReadRanges(beam.DoFn):  # type: ignore[misc]
                 if self.output == "arrow":
                     yield _arrow_table(decoded.columns, options.spec, decoded.keep)
                     continue
-                samples = split_batch(decoded.columns, decoded.num_rows)
+                kept = {key: value for key, value in decoded.columns.items() if not key.startswith("_")}
+                columns = {key: _numpy_rows(value) for key, value in kept.items()}
                 for row in rows.tolist():
-                    yield {
-                        key: _numpy(value) for key, value in samples[row].items() if not key.startswith("_")
-                    }
+                    yield {key: column[row] for key, column in columns.items()}
 
 
 def _arrow_table(columns: Mapping[str, Any], spec: Mapping[str, FeatureSpec] | None, keep: Any) -> Any:

@@ -129,8 +129,8 @@ def _fixed_with_nulls(
         counts = np.diff(value.offsets.numpy())
         values: Any = numpy_of(value.values)
     else:  # bytes / str: a list per row
-        counts = np.array([len(row) for row in value], dtype=np.int64)
-        values = [item for row in value if len(row) == numel for item in row]
+        counts = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
+        values = value
     wrong = np.flatnonzero((counts != 0) & (counts != numel))
     for row in wrong.tolist():
         bad.append(row)
@@ -148,12 +148,11 @@ def _fixed_with_nulls(
         keep_values = np.repeat(present, counts)
         full[present] = values[keep_values].reshape(-1, *spec.shape)
         array = plain_column(spec, torch.from_numpy(full))
+    elif spec.shape == ():  # (the common case, in one pass: a row's one value, or a null)
+        kind = pa.string() if spec.dtype is str else pa.binary()
+        return pa.array([row[0] if len(row) == 1 else None for row in values], type=kind)
     else:
-        items = iter(values)
-        nested = [[next(items) for _ in range(numel)] if ok else [None] * numel for ok in present.tolist()]
-        array = pa.array([row[0] for row in nested] if spec.shape == () else nested)
-        if spec.shape == ():
-            array = array.cast(pa.string() if spec.dtype is str else pa.binary())
+        array = pa.array([row if len(row) == numel else [None] * numel for row in values])
     return pc.if_else(pa.array(present), array, pa.scalar(None, array.type))
 
 
