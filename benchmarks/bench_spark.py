@@ -12,8 +12,9 @@ vectorized reader). spark-tfrecord (linkedin's JVM jar) is not on PyPI, so Parqu
 
 Beam (``--parts beam``, under a Python with apache-beam: its pins differ from ours, so a scratch
 venv) reads the TFRecord shards on the DirectRunner with 2 workers (multi_processing): ours with
-``tt.beam.ReadExamples`` (dicts of NumPy values), Beam's with ``ReadFromTFRecord`` and each record
-parsed by protobuf into a dict of lists, what a pipeline without TensorFlow does.
+``tt.beam.ReadExamples`` (one dict of NumPy values per record, and one Arrow table per decoded
+batch), Beam's with ``ReadFromTFRecord`` and each record parsed by protobuf into a dict of lists,
+what a pipeline without TensorFlow does. Every pipeline ends in a global count.
 
 Planning (``--parts plan``): 2,000 shards of 10 records each, the Spark reader's partitions planned
 from the manifest, and from the 2,000 ``.idx`` files when the manifest is moved away.
@@ -147,6 +148,11 @@ def beam_part(directory: str, repeats: int) -> None:
         with beam.Pipeline(options=options()) as pipeline:
             _ = pipeline | tt.beam.ReadExamples(manifest) | beam.combiners.Count.Globally()
 
+    def ours_arrow() -> None:
+        with beam.Pipeline(options=options()) as pipeline:
+            tables = pipeline | tt.beam.ReadExamples(manifest, output="arrow")
+            _ = tables | beam.Map(lambda table: table.num_rows) | beam.CombineGlobally(sum)
+
     def theirs() -> None:
         with beam.Pipeline(options=options()) as pipeline:
             _ = (
@@ -158,10 +164,12 @@ def beam_part(directory: str, repeats: int) -> None:
 
     theirs_s = timed(theirs, repeats)
     ours_s = timed(ours, repeats)
+    arrow_s = timed(ours_arrow, repeats)
     print(f"\nBeam DirectRunner, 2 workers (multi_processing), apache-beam {beam.__version__}")
     print(header())
     print(row("read: beam ReadFromTFRecord + protobuf [bar]", records, theirs_s, size_bytes, None))
     print(row("read: tt.beam.ReadExamples (NumPy dicts)", records, ours_s, size_bytes, theirs_s))
+    print(row("read: tt.beam.ReadExamples (Arrow tables)", records, arrow_s, size_bytes, theirs_s))
 
 
 def plan_part(directory: str, shards: int, repeats: int) -> None:
