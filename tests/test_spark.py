@@ -182,18 +182,24 @@ def test_gzip_shards_and_their_manifest(spark: SparkSession, tmp_path: Path) -> 
     )
 
 
-def _die_once(batches: Iterator[Any]) -> Iterator[Any]:
-    """Passes the rows on, but the first attempt of partition 1 dies (the process, abruptly) midway."""
-    import time
+def _die_once(marker: str) -> Any:
+    """Passes the rows on, but the first attempt of partition 1 dies (its process, abruptly) midway,
+    leaving ``marker`` to show that it did."""
 
-    from pyspark import TaskContext
+    def pass_or_die(batches: Iterator[Any]) -> Iterator[Any]:
+        import time
 
-    context = TaskContext.get()
-    for number, batch in enumerate(batches):
-        yield batch
-        if context.partitionId() == 1 and context.attemptNumber() == 0 and number == 2:
-            time.sleep(1.0)  # (the writer takes what came so far)
-            os._exit(1)
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        for number, batch in enumerate(batches):
+            yield batch
+            if context.partitionId() == 1 and context.attemptNumber() == 0 and number == 2:
+                time.sleep(1.0)  # (the writer takes what came so far)
+                Path(marker).touch()
+                os._exit(1)
+
+    return pass_or_die
 
 
 def test_a_task_killed_mid_write_is_retried_without_a_partial_or_duplicate_shard(
@@ -201,8 +207,10 @@ def test_a_task_killed_mid_write_is_retried_without_a_partial_or_duplicate_shard
 ) -> None:
     out = tmp_path / "retried"
     frame = _frame(spark, n=120, partitions=3).select("id", "s")
-    frame = frame.mapInArrow(_die_once, frame.schema)
+    marker = tmp_path / "died"
+    frame = frame.mapInArrow(_die_once(str(marker)), frame.schema)
     write_tfrecords(frame, out)
+    assert marker.exists()  # (the first attempt of partition 1 was killed: this is its retry's output)
     manifest = _manifest(out)
     shards = [shard["name"] for shard in manifest["shards"]]
     assert shards == [f"part-{i:05d}-of-00003.tfrecord" for i in range(3)]
