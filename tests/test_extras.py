@@ -78,7 +78,7 @@ def test_every_hint_names_an_extra_of_the_project() -> None:
     }
     expected = {
         *("arrow", "audio", "coco", "compressed", "convert", "fastjpeg"),
-        *("hf", "ray", "remote", "view", "vision"),
+        *("beam", "hf", "ray", "remote", "spark", "view", "vision"),
     }
     assert named == expected
     assert named <= set(extras)

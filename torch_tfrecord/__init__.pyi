@@ -63,7 +63,9 @@ from .errors import SpecError as SpecError
 from .errors import StaleIndexError as StaleIndexError
 from .errors import TFRecordError as TFRecordError
 from .errors import TruncatedRecordError as TruncatedRecordError
+from .integrations import beam as beam
 from .integrations import ray as ray
+from .integrations import spark as spark
 from .integrations import tfds as tfds
 from .integrations.hf import to_hf as to_hf
 from .integrations.tfds.load import from_tfds as from_tfds

@@ -15,17 +15,19 @@ Needs pyarrow (the ``arrow`` extra); import this module only where pyarrow is wa
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from .encode import BytesList
+from .encode import BytesList, encode_example
 from .ragged import Ragged
 from .spec import FeatureSpec, FixedLen, FixedLenSequence
 
 __all__ = [
+    "encode_rows",
     "fixed_array",
     "is_list",
     "is_numeric",
@@ -181,3 +183,28 @@ def _offsets(chunk: pa.Array) -> np.ndarray[Any, Any]:
     offsets: np.ndarray[Any, Any] = np.asarray(chunk.offsets, dtype=np.int64)
     start = int(offsets[0])
     return offsets - start
+
+
+def encode_rows(
+    table: pa.Table | pa.RecordBatch, values: Callable[[Any], list[Any]] = row_values
+) -> list[bytes]:
+    """Each row of ``table`` as a serialized Example (column name -> feature key; a null: no feature).
+
+    Args:
+        table: the rows.
+        values: one value per row of a column that :func:`~torch_tfrecord.encode_example` takes.
+
+    Raises:
+        TypeError, ValueError: a value that cannot be encoded without guessing, naming its
+            column and row.
+    """
+    names = table.column_names
+    columns = [values(table.column(name)) for name in names]
+    encoded = []
+    for row in range(table.num_rows):
+        features = {name: column[row] for name, column in zip(names, columns) if column[row] is not None}
+        try:
+            encoded.append(encode_example(features))
+        except (TypeError, ValueError) as error:
+            raise type(error)(f"row {row} of the block: {error}") from error
+    return encoded

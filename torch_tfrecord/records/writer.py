@@ -21,7 +21,14 @@ from .framing import FRAME_OVERHEAD, encode_record
 from .index import default_index_path, index_from_sizes, save_index
 from .io import PathLike, StorageOptions, exists, is_url, local_path
 
-__all__ = ["RecordBytes", "RecordWriter", "ShardedRecordWriter", "WriteCompression", "as_payload"]
+__all__ = [
+    "RecordBytes",
+    "RecordWriter",
+    "ShardedRecordWriter",
+    "WriteCompression",
+    "as_payload",
+    "move_written",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -216,6 +223,22 @@ class RecordWriter:
             self.abort()
             raise
         self._state = "closed"
+
+
+def move_written(source: str, target: str, *, indexed: bool, storage_options: StorageOptions = None) -> None:
+    """Moves a file a writer finished under a hidden name to its final name, its index first
+    (``indexed``); a compressed file's move removes an index left beside ``target``, which would
+    describe the file it replaces. For writers whose final names are known only when every
+    task is done (Ray's, Spark's)."""
+    index_target = default_index_path(target)
+    moves = [(default_index_path(source), index_target)] if indexed else []
+    if not indexed and exists(index_target, storage_options):
+        remove_quietly(index_target, storage_options)
+    for old, new in [*moves, (source, target)]:
+        if is_url(old):
+            remote.move(old, new, storage_options)
+        else:
+            os.replace(old, new)
 
 
 class _Shard(RecordWriter):

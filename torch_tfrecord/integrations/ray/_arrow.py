@@ -27,8 +27,7 @@ from ray.data.extensions import (
     get_arrow_extension_tensor_types,
 )
 
-from ...codec.arrow import list_array, numpy_of, ragged_array, row_values, steps_array, text_type
-from ...codec.encode import encode_example
+from ...codec.arrow import encode_rows, list_array, numpy_of, ragged_array, row_values, steps_array, text_type
 from ...codec.payloads import LENGTHS_KEY, RECORD_KEY, Payload, RawPayload, SequencePayload
 from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, Image, RawTensor
@@ -142,13 +141,4 @@ def encode_table(table: pa.Table) -> list[bytes]:
         TypeError, ValueError: a value that cannot be encoded without guessing, naming its
             column and row.
     """
-    names = table.column_names
-    columns = [_row_values(table.column(name)) for name in names]
-    encoded = []
-    for row in range(table.num_rows):
-        features = {name: values[row] for name, values in zip(names, columns) if values[row] is not None}
-        try:
-            encoded.append(encode_example(features))
-        except (TypeError, ValueError) as error:
-            raise type(error)(f"row {row} of the block: {error}") from error
-    return encoded
+    return encode_rows(table, _row_values)

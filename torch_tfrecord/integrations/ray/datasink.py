@@ -23,10 +23,9 @@ from ray.data.datasource import Datasink
 
 from ...records import remote
 from ...records.atomic import remove_quietly
-from ...records.index import default_index_path
-from ...records.io import PathLike, StorageOptions, exists, is_url, join, local_path
+from ...records.io import PathLike, StorageOptions, is_url, join, local_path
 from ...records.manifest import write_shards_manifest
-from ...records.writer import RecordWriter, WriteCompression
+from ...records.writer import RecordWriter, WriteCompression, move_written
 from ._arrow import encode_table
 
 __all__ = ["ShardPiece", "TFRecordDatasink", "write_tfrecords"]
@@ -140,7 +139,9 @@ class TFRecordDatasink(Datasink[list[ShardPiece]]):
             join(self.directory, f"{self.name}-{i:05d}-of-{total:05d}{self.suffix}") for i in range(total)
         ]
         for piece, path in zip(pieces, final):
-            self._publish(piece.path, path)
+            move_written(
+                piece.path, path, indexed=self.compression is None, storage_options=self.storage_options
+            )
         for path in final[len(pieces) :]:  # fewer tasks than num_shards: empty shards
             RecordWriter(path, compression=self.compression, storage_options=self.storage_options).close()
         self._remove_leftovers()
@@ -150,18 +151,6 @@ class TFRecordDatasink(Datasink[list[ShardPiece]]):
         )
         self.shard_paths = final
         logger.info("wrote %d records into %d shards %s", sum(p.records for p in pieces), total, final[:1])
-
-    def _publish(self, source: str, target: str) -> None:
-        """Moves a finished piece (and its index, first) to its final name."""
-        options = self.storage_options
-        moves = [(default_index_path(source), default_index_path(target))] if self.compression is None else []
-        if self.compression is not None and exists(default_index_path(target), options):
-            remove_quietly(default_index_path(target), options)  # it described the file replaced
-        for old, new in [*moves, (source, target)]:
-            if is_url(old):
-                remote.move(old, new, options)
-            else:
-                os.replace(old, new)
 
     def on_write_failed(self, error: Exception) -> None:
         self._remove_leftovers()

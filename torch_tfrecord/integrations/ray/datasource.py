@@ -37,6 +37,7 @@ from ...records.compressed.index import CompressedIndex
 from ...records.index import default_index_path, load_index
 from ...records.io import PathLike, StorageOptions, exists, expand_sources, file_size, resolve_compression
 from ...records.reader import OnError, read_records
+from ..ranges import plan_runs
 from ._arrow import columns_to_table, payload_table
 
 __all__ = ["TFRecordDatasource", "plan_runs", "read_tfrecords"]
@@ -50,31 +51,6 @@ _SAMPLE_FILES = 32
 # A read task costs Ray tens of milliseconds to schedule on a loaded machine: unless the number
 # of blocks is given, no task reads fewer bytes than this (Ray's own default asks for 1 MiB).
 MIN_TASK_BYTES = 8 << 20
-
-
-def plan_runs(framed_sizes: npt.ArrayLike, parallelism: int) -> list[tuple[int, int]]:
-    """Cuts consecutive records into at most ``parallelism`` runs of about equal bytes.
-
-    Args:
-        framed_sizes: the framed size of each record, in order (all files concatenated).
-        parallelism: the number of runs wanted.
-
-    Returns:
-        ``(start, stop)`` record ranges that cover every record once, in order, none empty.
-    """
-    sizes = np.asarray(framed_sizes, dtype=np.int64).reshape(-1)
-    if parallelism < 1:
-        raise ValueError(f"{parallelism=} must be positive")
-    n = len(sizes)
-    if n == 0:
-        return []
-    ends = np.cumsum(sizes)
-    runs = min(parallelism, n)
-    # Cut after the record whose end first reaches each k/runs of the bytes.
-    targets = ends[-1] * np.arange(1, runs) / runs
-    cuts = np.searchsorted(ends, targets, side="left") + 1
-    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 1, n), [n]]))
-    return [(int(a), int(b)) for a, b in itertools.pairwise(bounds.tolist())]
 
 
 @dataclass(frozen=True)
