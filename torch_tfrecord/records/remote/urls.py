@@ -3,7 +3,8 @@
 Any fsspec URL works (``s3://``, ``gs://``, ``https://``, ``memory://`` ...); fsspec and the
 protocol packages are the optional extra ``remote``, imported only when a URL is used.
 ``file://`` URLs and plain paths never come here: they take the local fast path of ``io.py``.
-Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
+Every request is retried (:mod:`torch_tfrecord.records.remote.retry`); reads and lookups are
+also hedged and under a deadline (:mod:`torch_tfrecord.records.remote.hedged`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from ...errors import SourceNotFoundError
 from ...support.extras import install_hint
+from . import hedged
 from .retry import retrying
 
 __all__ = [
@@ -117,10 +119,13 @@ def for_each_path(call: Callable[[str], T], paths: Sequence[str]) -> list[T]:
         return list(pool.map(call, paths))
 
 
-def file_info(url: str, storage_options: StorageOptions = None) -> dict[str, Any]:
-    """fsspec's ``info`` of ``url`` (retried)."""
+def file_info(url: str, storage_options: StorageOptions = None, *, fresh: bool = False) -> dict[str, Any]:
+    """fsspec's ``info`` of ``url`` (retried); ``fresh``: asked of the store, not of what the file
+    system remembers of an earlier listing (s3fs answers from it)."""
     fs, path = filesystem(url, storage_options)
-    return retrying(lambda: fs.info(path), url, "looking up")  # type: ignore[no-any-return]
+    if fresh:
+        fs.invalidate_cache(path)
+    return hedged.call(fs, url, "looking up", "info", path)  # type: ignore[no-any-return]
 
 
 def exists(url: str, storage_options: StorageOptions = None) -> bool:
@@ -222,7 +227,7 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
         return b""
     fs, path = filesystem(url, storage_options)
     end = min(count, size)
-    return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
+    return hedged.fetch(fs, url, path, 0, end, f"reading bytes 0..{end}")
 
 
 def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | None = None) -> bytes:
@@ -233,13 +238,13 @@ def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | No
     fs, path = filesystem(url, storage_options)
     end = None if limit is None else limit + 1
     try:
-        return retrying(lambda: fs.cat_file(path, start=0, end=end), url, "reading")  # type: ignore[no-any-return]
+        return hedged.fetch(fs, url, path, 0, end, "reading")
     except FileNotFoundError:
         raise
     except (OSError, ValueError):
         if limit is not None and int(file_info(url, storage_options)["size"]) != 0:
             raise  # (not the empty object's refused range: a whole read could be anything)
-        return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+        return hedged.fetch(fs, url, path, None, None, "reading")
 
 
 def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:
