@@ -19,13 +19,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ...errors import IndexFormatError, RemoteIOError
+from . import hedged
 from .cache import ShardCache, cache_key
 from .cache_dir import CacheWriteError, read_small, writing
 from .ranged import RemoteFile, RequestCounter
-from .retry import retrying
 from .urls import StorageOptions, file_info, filesystem, read_bytes
 
-__all__ = ["CachedFile", "download", "file_version", "read_through"]
+__all__ = ["CachedFile", "ObjectChangedError", "download", "file_version", "read_through"]
 
 # Reads that end at most this far past what the download has written wait for it: the stream
 # brings those bytes about as soon as a request of their own would.
@@ -38,6 +38,11 @@ _RETRY_S = 1.0
 _FIRST_CHUNK = 256 << 10
 _MAX_CHUNK = 8 << 20
 _DOWNLOADS_AT_ONCE = 4
+
+
+class ObjectChangedError(RemoteIOError):
+    """A remote object changed (its size, ETag or generation) since the dataset looked it up: its
+    bytes are never mixed with the ones read before; the message names the object."""
 
 
 def file_version(info: dict[str, Any]) -> str:
@@ -85,15 +90,19 @@ def download(
             return found
         if not cache.reserve(url, size, version, now):
             return None
-        try:
-            in_one = _fetch(cache, key, url, size, storage_options, counter)
-            recheck = recheck and not (in_one and not version)  # (its size: checked by the fetch)
-            info = file_info(url, storage_options) if recheck else {"size": size}
-            if int(info["size"]) != size or (recheck and file_version(info) != version):
-                raise RemoteIOError(
+
+        def check(in_one: bool) -> None:
+            if not recheck or (in_one and not version):  # (its size: checked by the fetch)
+                return
+            info = file_info(url, storage_options, fresh=True)
+            if int(info["size"]) != size or file_version(info) != version:
+                raise ObjectChangedError(
                     f"{url!r} changed while it was being cached (size {size} -> {info['size']}, "
                     f"version {version!r} -> {file_version(info)!r})"
                 )
+
+        try:
+            _fetch(cache, key, url, size, storage_options, counter, check)
             return cache.commit(key)
         except BaseException:
             cache.remove(key)
@@ -112,35 +121,39 @@ def _fetch(
     size: int,
     storage_options: StorageOptions,
     counter: RequestCounter | None,
-) -> bool:
-    """Writes the object's ``size`` bytes to its part file; True when one request brought them
-    and said the object's size: an object of at most _FIRST_CHUNK bytes is asked for one byte
-    more than it holds (a store answers a range past the end with the bytes there are)."""
+    check: Callable[[bool], None],
+) -> None:
+    """Writes the object's ``size`` bytes to its part file, and ``check``s its version: an object
+    of at most _FIRST_CHUNK bytes is asked for one byte more than it holds in one request (a
+    store answers a range past the end with the bytes there are), which says its size, and is
+    checked before its bytes are written (readers read a download under way: never the bytes of
+    another version); a larger one is checked once all its bytes are written."""
     fs, path = filesystem(url, storage_options)
     position, chunk = 0, _FIRST_CHUNK
     in_one = size <= _FIRST_CHUNK
+    sent = None if counter is None else lambda: counter.add(1)
     with os.fdopen(cache.create_part(key), "wb", buffering=0) as out:
         while position < size:
             start, end = position, min(size, position + chunk)
             asked = end + 1 if in_one else end
 
-            def get(start: int = start, end: int = asked) -> bytes:
-                if counter is not None:
-                    counter.add(1)
-                return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
-
-            data = retrying(get, url, f"caching bytes {start}..{end}")
+            data = hedged.fetch(fs, url, path, start, asked, f"caching bytes {start}..{end}", sent)
             if in_one and len(data) != size:
-                raise RemoteIOError(
+                raise ObjectChangedError(
                     f"{url!r} has {'more' if len(data) > size else 'fewer'} than the {size} bytes it had "
                     "when it was listed (it changed since)"
                 )
             if len(data) != end - start:
-                raise RemoteIOError(f"{url!r} is shorter than {size} bytes (it changed while being cached)")
+                raise ObjectChangedError(
+                    f"{url!r} is shorter than {size} bytes (it changed while being cached)"
+                )
+            if in_one:
+                check(True)
             with writing(repr(cache.part_path(key))):
                 out.write(data)
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
-    return in_one
+    if not in_one:
+        check(False)
 
 
 def read_through(
@@ -350,6 +363,7 @@ class CachedFile:
                 data = _pread_all(path, starts, sizes)
                 if data is not None:
                     return data
+            self._raise_if_changed()  # (not read from the store instead: that would mix versions)
             self.start()
             if end <= _WAIT_AHEAD:  # (a read further in does not wait for a download to get there)
                 self._promote()
@@ -375,6 +389,14 @@ class CachedFile:
                 break
             time.sleep(0.002)
         return self._remote(exact=downloading).read_ranges(starts, sizes)
+
+    def _raise_if_changed(self) -> None:
+        """Raises this process's download's error if it found that the object changed."""
+        future = self._future
+        if future is not None and future.done() and self._pid == os.getpid() and not future.cancelled():
+            error = future.exception()
+            if isinstance(error, ObjectChangedError):
+                raise ObjectChangedError(str(error)) from error
 
     def _remote(self, exact: bool) -> RemoteFile:
         with self._lock:
