@@ -36,7 +36,13 @@ from torch_tfrecord.records.remote import hedged
 from torch_tfrecord.records.remote.cache import ShardCache
 from torch_tfrecord.records.remote.cache_dir import CacheWriteError
 from torch_tfrecord.records.remote.cached import download, file_version
-from torch_tfrecord.records.remote.deadlines import HedgeBudget, LatencyTracker, ReadPolicy, size_class
+from torch_tfrecord.records.remote.deadlines import (
+    HedgeBudget,
+    LatencyTracker,
+    ReadPolicy,
+    Timing,
+    size_class,
+)
 
 pytest.importorskip("s3fs")
 
@@ -87,7 +93,8 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]
 
 @pytest.fixture(autouse=True)
 def fresh_latencies() -> Iterator[None]:
-    """Each test starts with no latency measured (the first reads are hedged at 0.5 s)."""
+    """Each test starts with no latency measured (its first reads are not hedged, their deadline
+    2 s and 1 s per MB)."""
     hedged.reset()
     yield
     hedged.reset()
@@ -123,12 +130,10 @@ def test_size_classes() -> None:
 
 
 def test_deadlines_follow_the_measured_latencies_within_floor_and_ceiling() -> None:
-    policy = ReadPolicy(
-        floor=0.5, ceiling=8.0, multiplier=4.0, first_hedge=0.3, min_hedge=0.01, min_samples=10
-    )
+    policy = ReadPolicy(floor=0.5, ceiling=8.0, multiplier=4.0, min_hedge=0.01, min_samples=10)
     tracker = LatencyTracker(window=100)
-    cold = policy.timing(tracker, "s3://b", 1000)
-    assert (cold.hedge_at, cold.deadline) == (0.3, 8.0)  # nothing measured: the ceiling
+    cold = policy.timing(tracker, "s3://b", 1_000_000)
+    assert (cold.hedge_at, cold.deadline) == (None, 3.0)  # nothing measured: 2 s + 1 s per MB, no hedge
     for i in range(100):
         tracker.add("s3://b", 1000, 0.02 + i / 1000)  # 20 .. 119 ms
     warm = policy.timing(tracker, "s3://b", 1000)
@@ -137,9 +142,10 @@ def test_deadlines_follow_the_measured_latencies_within_floor_and_ceiling() -> N
         2.0
     )  # doubled per retry
     assert policy.timing(tracker, "s3://b", 1000, attempt=9).deadline == 8.0  # never past the ceiling
-    # A class with too few latencies of its own borrows the store's; another store has none.
-    assert policy.timing(tracker, "s3://b", 10 << 20).hedge_at == pytest.approx(0.115)
-    assert policy.timing(tracker, "gs://other", 1000).deadline == 8.0
+    # A class with too few latencies of its own takes its deadline from the store's, and is not
+    # hedged; another store has none.
+    assert policy.timing(tracker, "s3://b", 10 << 20) == Timing(None, pytest.approx(0.5))
+    assert policy.timing(tracker, "gs://other", 1000).deadline == pytest.approx(2.001)
     for _ in range(100):
         tracker.add("s3://b", 10 << 20, 1.5)
     big = policy.timing(tracker, "s3://b", 10 << 20)
@@ -190,8 +196,9 @@ def test_a_hedge_wins_over_a_late_wrong_answer_that_reaches_neither_batch_nor_ca
             return b"\xff" * ((end or len(data)) - (start or 0))
         return cat_file(self, path, start=start, end=end, **kw)
 
-    monkeypatch.setattr(memory.MemoryFileSystem, "cat_file", first_slow_and_wrong)
-    with _policy(first_hedge=0.05, min_hedge=0.01):
+    with _policy(min_samples=1, min_hedge=0.01):
+        assert remote.read_bytes("memory://hedge/blob") == data  # a latency measured: hedges from now on
+        monkeypatch.setattr(memory.MemoryFileSystem, "cat_file", first_slow_and_wrong)
         before = remote.read_counts()
         file = remote.RemoteFile("memory://hedge/blob", len(data), read_ahead=0)
         start = time.monotonic()

@@ -136,7 +136,6 @@ def _fetch(
         while position < size:
             start, end = position, min(size, position + chunk)
             asked = end + 1 if in_one else end
-
             data = hedged.fetch(fs, url, path, start, asked, f"caching bytes {start}..{end}", sent)
             if in_one and len(data) != size:
                 raise ObjectChangedError(
@@ -144,9 +143,7 @@ def _fetch(
                     "when it was listed (it changed since)"
                 )
             if len(data) != end - start:
-                raise ObjectChangedError(
-                    f"{url!r} is shorter than {size} bytes (it changed while being cached)"
-                )
+                raise ObjectChangedError(f"{url!r} is shorter than {size} bytes (it changed while cached)")
             if in_one:
                 check(True)
             with writing(repr(cache.part_path(key))):
@@ -393,10 +390,10 @@ class CachedFile:
     def _raise_if_changed(self) -> None:
         """Raises this process's download's error if it found that the object changed."""
         future = self._future
-        if future is not None and future.done() and self._pid == os.getpid() and not future.cancelled():
-            error = future.exception()
-            if isinstance(error, ObjectChangedError):
-                raise ObjectChangedError(str(error)) from error
+        if future is None or not future.done() or self._pid != os.getpid() or future.cancelled():
+            return
+        if isinstance(error := future.exception(), ObjectChangedError):
+            raise ObjectChangedError(str(error)) from error
 
     def _remote(self, exact: bool) -> RemoteFile:
         with self._lock:

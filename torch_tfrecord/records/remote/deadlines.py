@@ -32,11 +32,15 @@ class ReadPolicy:
 
     Args:
         floor: the shortest deadline in seconds, whatever the measured latencies.
-        ceiling: the longest deadline; also the deadline of a read before ``min_samples``
-            latencies of its store were measured in this process.
-        multiplier: a read's deadline is this times the running p99 of its size class.
-        hedge: whether a read still unanswered at the running p95 is sent again (False: never).
-        first_hedge: the hedge point, in seconds, before ``min_samples`` latencies were measured.
+        ceiling: the longest deadline.
+        multiplier: a read's deadline is this times the running p99 of its size class (of its
+            store's reads of any size while its class has fewer than ``min_samples``).
+        hedge: whether a read still unanswered at the running p95 of its size class is sent
+            again (False: never). A class is hedged only once ``min_samples`` of its latencies
+            were measured: a guess would duplicate large downloads on a slow machine.
+        first_deadline: the deadline of a read before any ``min_samples`` latencies of its store
+            were measured: this many seconds, plus its size at ``first_rate`` bytes a second.
+        first_rate: see ``first_deadline``.
         min_hedge: the earliest hedge point, whatever the latencies (a store that answers in
             microseconds, ``memory://``, gains nothing from a second request).
         hedge_share: at most this share of requests are hedges (beyond ``hedge_burst``).
@@ -52,7 +56,8 @@ class ReadPolicy:
     ceiling: float = 15.0
     multiplier: float = 4.0
     hedge: bool = True
-    first_hedge: float = 0.5
+    first_deadline: float = 2.0
+    first_rate: float = 1e6
     min_hedge: float = 0.05
     hedge_share: float = 0.03
     hedge_burst: float = 3.0
@@ -64,8 +69,11 @@ class ReadPolicy:
             raise ValueError(f"need 0 < floor <= ceiling, got {self.floor=}, {self.ceiling=}")
         if self.multiplier < 1:
             raise ValueError(f"{self.multiplier=} must be at least 1")
-        if self.first_hedge <= 0 or self.min_hedge < 0:
-            raise ValueError(f"{self.first_hedge=} must be positive, {self.min_hedge=} not negative")
+        if self.first_deadline <= 0 or self.first_rate <= 0 or self.min_hedge < 0:
+            raise ValueError(
+                f"{self.first_deadline=} and {self.first_rate=} must be positive, "
+                f"{self.min_hedge=} not negative"
+            )
         if not 0 <= self.hedge_share <= 1:
             raise ValueError(f"{self.hedge_share=} must be in [0, 1]")
         if self.hedge_burst < 0 or self.hedges_in_flight < 0:
@@ -77,13 +85,15 @@ class ReadPolicy:
         """The hedge point and deadline of a read of ``size`` bytes from ``store`` (the
         ``attempt``-th: each retry after a missed deadline doubles the deadline)."""
         p95, p99 = tracker.quantiles(store, size_class(size), self.min_samples)
-        if p99 is None or p95 is None:
-            deadline, hedge_at = self.ceiling, self.first_hedge
+        hedge_at = None if p95 is None or not self.hedge else max(self.min_hedge, p95)
+        if p99 is None:
+            _, p99 = tracker.quantiles(store, -1, self.min_samples)
+        if p99 is None:
+            deadline = self.first_deadline + (size or 0) / self.first_rate
         else:
-            deadline = min(self.ceiling, max(self.floor, self.multiplier * p99))
-            hedge_at = max(self.min_hedge, p95)
-        deadline = min(self.ceiling, deadline * 2 ** (attempt - 1)) if attempt > 1 else deadline
-        return Timing(hedge_at if self.hedge and hedge_at < deadline else None, deadline)
+            deadline = self.multiplier * p99
+        deadline = min(self.ceiling, max(self.floor, deadline) * 2 ** (attempt - 1))
+        return Timing(hedge_at if hedge_at is not None and hedge_at < deadline else None, deadline)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +114,7 @@ def size_class(size: int | None) -> int:
 
 class LatencyTracker:
     """The latencies of answered reads, per store and size class, each in a window of the last
-    ``window`` (the store's pooled window stands in for a class with too few of its own).
+    ``window``, and of every class of a store together (class -1).
 
     Thread-safe. A read cut off by its deadline is not counted (it would raise the deadlines of
     every later read, and a miss is retried with a doubled deadline anyway).
@@ -124,16 +134,17 @@ class LatencyTracker:
                 self._sorted.pop(key, None)
 
     def quantiles(self, store: str, size_class: int, min_samples: int) -> tuple[float | None, float | None]:
-        """The running p95 and p99 of the class (else of the store), or Nones below ``min_samples``."""
+        """The running p95 and p99 of the class (-1: of every class of the store), or Nones
+        below ``min_samples`` latencies."""
+        key = (store, size_class)
         with self._lock:
-            for key in ((store, size_class), (store, -1)):
-                samples = self._samples.get(key)
-                if samples is not None and len(samples) >= min_samples:
-                    ordered = self._sorted.get(key)
-                    if ordered is None:
-                        ordered = self._sorted[key] = sorted(samples)
-                    return _quantile(ordered, 0.95), _quantile(ordered, 0.99)
-        return None, None
+            samples = self._samples.get(key)
+            if samples is None or len(samples) < min_samples:
+                return None, None
+            ordered = self._sorted.get(key)
+            if ordered is None:
+                ordered = self._sorted[key] = sorted(samples)
+            return _quantile(ordered, 0.95), _quantile(ordered, 0.99)
 
     def clear(self) -> None:
         with self._lock:
