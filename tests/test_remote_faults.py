@@ -173,6 +173,21 @@ def test_the_hedge_budget_is_a_share_of_requests_and_bounded_in_flight() -> None
     assert sent == 50  # 5% of the requests
 
 
+def test_a_child_forked_while_the_latencies_are_locked_still_measures() -> None:
+    """A DataLoader worker forked while another thread of its parent held the tracker's lock
+    keeps the parent's latencies and a lock of its own."""
+    tracker = hedged._PROCESS.tracker
+    tracker.add("s3://b", 1000, 0.25)
+    with tracker._lock:  # (another thread's read, at the moment of the fork)
+        pid = os.fork()
+        if pid == 0:  # the child: exits 0 if it can measure (a lock held forever: SIGALRM ends it)
+            signal.alarm(10)
+            tracker.add("s3://b", 1000, 0.25)
+            os._exit(0 if tracker.quantiles("s3://b", 0, 2) == (0.25, 0.25) else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 # ---------------------------------------------------------------- hedging's bookkeeping
 
 

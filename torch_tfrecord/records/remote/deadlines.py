@@ -146,6 +146,11 @@ class LatencyTracker:
                 ordered = self._sorted[key] = sorted(samples)
             return _quantile(ordered, 0.95), _quantile(ordered, 0.99)
 
+    def forked(self) -> None:
+        """In a forked child: a new lock (a thread of the parent that held it is not here to let
+        go); the latencies are kept."""
+        self._lock = threading.Lock()
+
     def clear(self) -> None:
         with self._lock:
             self._samples.clear()

@@ -76,6 +76,8 @@ class _Process:
 
 
 _PROCESS = _Process()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_PROCESS.tracker.forked)
 
 
 def read_counts() -> ReadCounts:
