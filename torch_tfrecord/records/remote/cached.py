@@ -69,14 +69,12 @@ def download(
     fetching it or the cache cannot take it.
 
     The bytes go to ``KEY.part`` in growing ranged requests (retried), and become the copy by a
-    rename once their size and (``recheck``) the object's version (ETag, generation) are
-    checked again: one more lookup, which a small file read whole in one request can spare,
-    and which is spared where the version is not known (a manifest written beside local
-    files): one request, one byte longer than the object, then says its size.
+    rename once their size and (``recheck``) the object's version (ETag, generation) are checked
+    again: one more lookup, spared where the version is not known (a manifest written beside
+    local files): one request, one byte longer than the object, then says its size.
 
     Raises:
-        RemoteIOError: the object changed (size or version) since it was listed, or while it was
-            fetched.
+        ObjectChangedError: the object changed (size or version) since it was listed.
     """
     if cache.disabled is not None:
         return None
@@ -255,6 +253,7 @@ class CachedFile:
         self._tried = -_RETRY_S
         self._direct: RemoteFile | None = None  # exact ranges, while a download runs
         self._merged: RemoteFile | None = None  # as without a cache, when the cache cannot take it
+        self._changed: str | None = None  # why the object is not the one listed, once a download found it
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -388,12 +387,14 @@ class CachedFile:
         return self._remote(exact=downloading).read_ranges(starts, sizes)
 
     def _raise_if_changed(self) -> None:
-        """Raises this process's download's error if it found that the object changed."""
+        """Raises the error of a download that found the object changed (from then on: no later
+        read goes to the store around it)."""
         future = self._future
-        if future is None or not future.done() or self._pid != os.getpid() or future.cancelled():
-            return
-        if isinstance(error := future.exception(), ObjectChangedError):
-            raise ObjectChangedError(str(error)) from error
+        if self._changed is None and future is not None and future.done() and not future.cancelled():
+            error = future.exception()
+            self._changed = str(error) if isinstance(error, ObjectChangedError) else None
+        if self._changed is not None:
+            raise ObjectChangedError(self._changed)
 
     def _remote(self, exact: bool) -> RemoteFile:
         with self._lock:
