@@ -18,12 +18,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ...errors import IndexFormatError, RemoteIOError
+from ...errors import IndexFormatError
 from . import hedged
 from .cache import ShardCache, cache_key
 from .cache_dir import CacheWriteError, read_small, writing
 from .ranged import RemoteFile, RequestCounter
 from .urls import StorageOptions, file_info, filesystem, read_bytes
+from .versions import ObjectChangedError, check_version, file_version
 
 __all__ = ["CachedFile", "ObjectChangedError", "download", "file_version", "read_through"]
 
@@ -38,20 +39,6 @@ _RETRY_S = 1.0
 _FIRST_CHUNK = 256 << 10
 _MAX_CHUNK = 8 << 20
 _DOWNLOADS_AT_ONCE = 4
-
-
-class ObjectChangedError(RemoteIOError):
-    """A remote object changed (its size, ETag or generation) since the dataset looked it up: its
-    bytes are never mixed with the ones read before; the message names the object."""
-
-
-def file_version(info: dict[str, Any]) -> str:
-    """The object's version in fsspec's ``info``: its ETag or generation ("" where there is none)."""
-    for name in ("ETag", "etag", "generation", "VersionId", "md5Hash"):
-        value = info.get(name)
-        if value:
-            return str(value).strip('"')
-    return ""
 
 
 def download(
@@ -90,14 +77,8 @@ def download(
             return None
 
         def check(in_one: bool) -> None:
-            if not recheck or (in_one and not version):  # (its size: checked by the fetch)
-                return
-            info = file_info(url, storage_options, fresh=True)
-            if int(info["size"]) != size or file_version(info) != version:
-                raise ObjectChangedError(
-                    f"{url!r} changed while it was being cached (size {size} -> {info['size']}, "
-                    f"version {version!r} -> {file_version(info)!r})"
-                )
+            if recheck and not (in_one and not version):  # (its size: checked by the fetch)
+                check_version(url, size, version, storage_options, "cached")
 
         try:
             _fetch(cache, key, url, size, storage_options, counter, check)
@@ -387,8 +368,7 @@ class CachedFile:
         return self._remote(exact=downloading).read_ranges(starts, sizes)
 
     def _raise_if_changed(self) -> None:
-        """Raises the error of a download that found the object changed (from then on: no later
-        read goes to the store around it)."""
+        """Raises the error of a download that found the object changed (then and at every read)."""
         future = self._future
         if self._changed is None and future is not None and future.done() and not future.cancelled():
             error = future.exception()
@@ -397,6 +377,14 @@ class CachedFile:
             raise ObjectChangedError(self._changed)
 
     def _remote(self, exact: bool) -> RemoteFile:
+        if self._direct is None and self._merged is None and self.version:
+            # The first read from the store, not from a download (which checks the version): the
+            # object must still be the one listed, or the reads would mix two versions.
+            try:
+                check_version(self.url, self.size, self.version, self.storage_options, "read")
+            except ObjectChangedError as error:
+                self._changed = str(error)
+                raise
         with self._lock:
             if exact:
                 if self._direct is None:
