@@ -28,9 +28,11 @@ from .urls import (
     remove,
     write_bytes,
 )
+from .versions import ObjectChangedError
 
 __all__ = [
     "DeadlineExceeded",
+    "ObjectChangedError",
     "ReadCounts",
     "ReadPolicy",
     "RemoteFile",
