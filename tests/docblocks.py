@@ -2,7 +2,9 @@
 
 A block may be preceded (on the line just before its fence) by ``<!-- skip: why -->``: a test
 cannot run it, for that reason; or by ``<!-- extras: a, b -->``: it needs those extras of the
-package beyond the core install (the README's blocks run in a fresh environment with only those).
+package beyond the core install (the README's blocks run in a fresh environment with only those);
+or by ``<!-- needs: java -->``: a system program it needs (tests/system_programs.py), without which
+the docs tests skip the page, naming it.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKER = re.compile(r"^<!-- (skip|extras): (.+?) -->$")
+MARKER = re.compile(r"^<!-- (skip|extras|needs): (.+?) -->$")
 FENCE = re.compile(r"^(\s*)```(\S*)\s*$")
 
 # Every block of a page in one process and namespace; each compiled under the page's name with
@@ -35,6 +37,7 @@ class Block:
     source: str
     skip: str | None  # the reason, when marked
     extras: tuple[str, ...] = ()  # the package's extras it needs
+    needs: tuple[str, ...] = ()  # the system programs it needs
 
 
 def blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
@@ -58,7 +61,8 @@ def blocks_of(path: Path, root: Path = ROOT) -> list[Block]:
                 kind, text = marker or ("", "")
                 skip = text if kind == "skip" else None
                 extras = tuple(e.strip() for e in text.split(",")) if kind == "extras" else ()
-                found.append(Block(str(path.relative_to(root)), i + 2, code + "\n", skip, extras))
+                needs = tuple(e.strip() for e in text.split(",")) if kind == "needs" else ()
+                found.append(Block(str(path.relative_to(root)), i + 2, code + "\n", skip, extras, needs))
             elif marker is not None:
                 raise ValueError(f"{path}:{i + 1}: a {marker[0]} marker before a {language or 'plain'} block")
             marker = None

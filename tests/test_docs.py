@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from docblocks import RUNNER, Block, blocks_of
-from viewer_server import chromium_missing
+from system_programs import missing
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -114,6 +114,9 @@ def test_page_code_runs(page: Path, tmp_path: Path) -> None:
     runnable = [b for b in blocks_of(page) if b.skip is None]
     if not runnable:
         pytest.skip("every block of the page is marked (see test_marked_block)")
+    absent = {why for b in runnable for program in b.needs if (why := missing(program))}
+    if absent:  # the page's blocks share one namespace: without one of them, none runs
+        pytest.skip("; ".join(sorted(absent)))
     result = run_blocks(runnable, tmp_path)
     assert result.returncode == 0, f"{_page_id(page)} failed:\n{result.stdout}\n{result.stderr}"
 
@@ -188,7 +191,7 @@ def test_site_builds_strict(site: Path) -> None:
     assert not list(site.rglob("*.py")), "the hooks and the picture's script are not pages"
 
 
-@pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+@pytest.mark.skipif(missing("chromium") is not None, reason=str(missing("chromium")))
 def test_concepts_page_shows_the_picture(site: Path, tmp_path: Path) -> None:
     """A headless browser renders the concepts page with the partition picture in it.
 

@@ -28,7 +28,7 @@ def test_names_are_read_from_commas_or_spaces() -> None:
 
 
 def test_an_unknown_name_is_refused_naming_it_and_the_known_ones() -> None:
-    known = "known: chromium, jpeg_ext, rapidgzip, simplejpeg, turbojpeg"
+    known = "known: chromium, java, jpeg_ext, rapidgzip, simplejpeg, turbojpeg"
     with pytest.raises(ValueError, match=rf"'turbo'.*{known}"):
         optional.hidden_names("turbojpeg,turbo")
     with pytest.raises(KeyError, match="'libjpeg' is not an optional library"):

@@ -12,32 +12,20 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from system_programs import missing
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec.spec_file import encode_spec_json
 
-
-def _java_missing() -> str | None:
-    java = shutil.which("java") or (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else None
-    )
-    if java is None or not os.path.exists(java):
-        return "no Java (Spark 4 needs Java 17+)"
-    found = subprocess.run([java, "-version"], capture_output=True, text=True, check=False).stderr
-    return None if found else f"{java} -version said nothing"
-
-
 pyspark = pytest.importorskip("pyspark", minversion="4.0", reason="tt.spark needs pyspark 4 (extra spark)")
-if _java_missing():
-    pytest.skip(_java_missing() or "", allow_module_level=True)
+if missing("java"):
+    pytest.skip(missing("java") or "", allow_module_level=True)
 
 from pyspark.sql import SparkSession  # noqa: E402
 

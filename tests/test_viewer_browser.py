@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from system_programs import missing
 from viewer_data import (
     GREY,
     INSTANCES,
@@ -24,11 +25,11 @@ from viewer_data import (
     write_segmentation,
     write_sequences,
 )
-from viewer_server import CHROMIUM, CHROMIUM_ARGS, chromium_missing, running_viewer
+from viewer_server import CHROMIUM, CHROMIUM_ARGS, running_viewer
 
 from torch_tfrecord.records.index import default_index_path, load_index
 
-pytestmark = pytest.mark.skipif(chromium_missing() is not None, reason=str(chromium_missing()))
+pytestmark = pytest.mark.skipif(missing("chromium") is not None, reason=str(missing("chromium")))
 playwright_api = pytest.importorskip("playwright.sync_api", reason="needs playwright (the dev extra)")
 expect = playwright_api.expect
 pytest.importorskip("PIL", reason="the test data's images need Pillow")

@@ -14,21 +14,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from torch_tfrecord.support import optional
+from system_programs import CHROMIUM
 
-__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "chromium_missing", "running_viewer"]
+__all__ = ["CHROMIUM", "CHROMIUM_ARGS", "running_viewer"]
 
-# Debian's chromium (``apt-get install chromium``; never ``playwright install``), kept off the network.
-CHROMIUM = "/usr/bin/chromium"
+# Debian's chromium (system_programs.CHROMIUM), kept off the network.
 
-
-def chromium_missing() -> str | None:
-    """Why the browser tests cannot run here (None: they can): no chromium, or TORCH_TFRECORD_HIDE."""
-    if optional.hidden("chromium"):
-        return f"needs {optional.why_hidden('chromium')}"
-    if not Path(CHROMIUM).exists():
-        return f"needs Debian's chromium at {CHROMIUM} (apt-get install chromium)"
-    return None
 
 
 CHROMIUM_ARGS = [

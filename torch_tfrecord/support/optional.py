@@ -1,7 +1,7 @@
 """The optional libraries a fast path or a test needs, and ``TORCH_TFRECORD_HIDE``, which hides them.
 
 A user's machine may lack what the development machines have: the libturbojpeg shared library,
-Debian's chromium, libjpeg's headers when the package was built (no ``_jpeg`` extension), a pip
+Debian's chromium, Java, libjpeg's headers when the package was built (no ``_jpeg`` extension), a pip
 package of an extra. ``TORCH_TFRECORD_HIDE=turbojpeg,chromium,jpeg_ext`` makes each one named
 behave as absent, for the library and the test suite alike, so that a machine with everything
 installed runs the code paths (and the skips) of one without: CI runs the suite a second time
@@ -49,6 +49,10 @@ class OptionalLibrary:
 KNOWN: dict[str, OptionalLibrary] = {
     "chromium": OptionalLibrary(
         "Debian's chromium (/usr/bin/chromium)", "the viewer's browser tests and the docs' screenshot test"
+    ),
+    "java": OptionalLibrary(
+        "a Java runtime, 17 or later (pyspark starts Spark's JVM with it)",
+        "tt.spark, its tests and its guide",
     ),
     "jpeg_ext": OptionalLibrary(
         "the region-of-interest JPEG decoder torch_tfrecord.codec._jpeg (built where libjpeg's headers are)",
