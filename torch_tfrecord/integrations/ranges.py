@@ -259,7 +259,7 @@ def read_range(rng: RecordRange, options: DecodeOptions) -> Iterator[Decoded]:
     Raises:
         CorruptRecordError and other TFRecordErrors naming the file, byte offset and record,
         unless ``options.on_error == "skip"`` (then damaged records are logged and counted
-        in :attr:`Decoded.skipped`).
+        in ``Decoded.skipped``).
     """
     if rng.stop is None:
         yield from _read_whole(rng.path, options)

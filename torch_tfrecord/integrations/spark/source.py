@@ -175,7 +175,8 @@ class TFRecordDataSource(DataSource):
     manifest's saved spec, else the schema given with ``.schema()``, else inferred from the first
     ``infer_records`` records), ``record_type`` (``example``, ``sequence_example``, ``raw``),
     ``on_error`` (``raise`` / ``skip``), ``verify_crc``, ``max_partition_bytes`` (default 128 MiB),
-    ``storage_options`` (JSON). Write options: see :class:`~torch_tfrecord.spark.sink.WriteOptions`.
+    ``storage_options`` (JSON). Write options: see
+    :class:`~torch_tfrecord.integrations.spark.sink.WriteOptions`.
     """
 
     @classmethod
