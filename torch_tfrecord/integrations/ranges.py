@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,15 @@ from ..records.io import PathLike, StorageOptions, exists, list_sources, resolve
 from ..records.manifest import Manifest, read_manifest, read_tables
 from ..records.reader import OnError, read_records
 
-__all__ = ["DecodeOptions", "ReadPlan", "RecordRange", "plan_read", "plan_runs", "read_range"]
+__all__ = [
+    "DecodeOptions",
+    "ReadPlan",
+    "RecordRange",
+    "decodable_records",
+    "plan_read",
+    "plan_runs",
+    "read_range",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -314,16 +322,29 @@ def _read_whole(path: str, options: DecodeOptions) -> Iterator[Decoded]:
 
 
 def _decode_one_by_one(path: str, batch: list[bytes], first: int, options: DecodeOptions) -> Decoded:
-    """A batch that failed to decode, again record by record: raises naming the record, or
-    (``on_error="skip"``) leaves the bad ones out."""
+    """A batch that failed to decode, again record by record (:func:`decodable_records`)."""
+    good = decodable_records(batch, first, path, options.decode, options.on_error)
+    return Decoded(options.decode(good), len(good), None, len(batch) - len(good), path, first)
+
+
+def decodable_records(
+    records: list[bytes],
+    first: int,
+    path: str,
+    decode: Callable[[list[bytes], list[str]], Any],
+    on_error: OnError,
+) -> list[bytes]:
+    """The records of a batch that failed to decode, tried one by one: raises naming the first bad
+    record (``record N of 'path'``), or with ``on_error="skip"`` returns the good ones, each bad one
+    logged. Shared by Spark's, Beam's and Ray's reads."""
     good = []
-    for i, record in enumerate(batch):
+    for i, record in enumerate(records):
         try:
-            options.decode([record], [f"record {first + i} of {path!r}"])
+            decode([record], [f"record {first + i} of {path!r}"])
         except (FeatureError, ExampleDecodeError) as error:
-            if options.on_error == "raise":
+            if on_error == "raise":
                 raise
             logger.warning("skipping record: %s", error)
             continue
         good.append(record)
-    return Decoded(options.decode(good), len(good), None, len(batch) - len(good), path, first)
+    return good

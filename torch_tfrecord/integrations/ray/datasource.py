@@ -37,7 +37,7 @@ from ...records.compressed.index import CompressedIndex
 from ...records.index import default_index_path, load_index
 from ...records.io import PathLike, StorageOptions, exists, expand_sources, file_size, resolve_compression
 from ...records.reader import OnError, read_records
-from ..ranges import plan_runs
+from ..ranges import decodable_records, plan_runs
 from ._arrow import columns_to_table, payload_table
 
 __all__ = ["TFRecordDatasource", "plan_runs", "read_tfrecords"]
@@ -172,17 +172,7 @@ class _ReadFile:
             return options.table(options.decode(records), len(records))
         except (FeatureError, ExampleDecodeError):
             pass  # decode again record by record, to raise or skip naming the record
-        good = []
-        for i, record in enumerate(records):
-            location = f"record {first + i} of {self.path!r}"
-            try:
-                options.decode([record], [location])
-            except (FeatureError, ExampleDecodeError) as error:
-                if options.on_error == "raise":
-                    raise
-                logger.warning("skipping record: %s", error)
-                continue
-            good.append(record)
+        good = decodable_records(records, first, self.path, options.decode, options.on_error)
         return options.table(options.decode(good), len(good))
 
 
