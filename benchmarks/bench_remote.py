@@ -10,6 +10,13 @@ size lookups included).
 
     python benchmarks/bench_remote.py [--repeats 3] [--latency-ms 0 20]
 
+A second table (``--faults``, alone with ``--faults-only``): 4 KB Examples in 64 shards behind
+the proxy at 20 ms a request, each epoch a new dataset (and a new temporary cache): clean; with
+1% of object GETs never answered; with 1% answered at 10 KB/s; 0 and 2 workers. It gives the
+median epoch time and its ratio to the clean epoch's, the GETs an epoch made and the extra ones
+against the clean epoch's, the faulted GETs and how long the reader held on to the longest of
+them, and whether the records delivered (ids, in order) are those of the clean epoch.
+
 Needs the `remote` extra and moto[server] (both in the `dev` extra).
 """
 
@@ -59,13 +66,93 @@ def timed(repeats: int, run: Any) -> float:
     return statistics.median(times)
 
 
+FAULT_SHARDS, FAULT_PER_SHARD, FAULT_BYTES = 64, 32, 4000
+FAULT_SPEC = {"label": tt.FixedLen((), torch.int64), "data": tt.FixedLen((), bytes)}
+FAULT_ROWS = (
+    ("clean", {}),
+    ("1% never answered", {"hang_every": 100}),
+    ("1% at 10 KB/s", {"slow_every": 100}),
+)
+
+
+def load_average() -> str:
+    with open("/proc/loadavg") as loadavg:
+        return " ".join(loadavg.read().split()[:3])
+
+
+def fault_epoch(options: dict[str, Any], workers: int) -> list[int]:
+    ds = tt.TFRecordDataset(
+        "s3://bench/faults/", spec=FAULT_SPEC, batch_size=64, seed=1, drop_last=False, storage_options=options
+    )
+    return [i for b in DataLoader(ds, batch_size=None, num_workers=workers) for i in b["label"].tolist()]
+
+
+def faults_table(endpoint: str, repeats: int, latency: float) -> None:
+    """Clean and faulty epochs through the proxy (see the module's docstring)."""
+    options = s3_options(endpoint)
+    with tt.ShardedExampleWriter(
+        "s3://bench/faults/train", max_records=FAULT_PER_SHARD, storage_options=options
+    ) as writer:
+        for i in range(FAULT_SHARDS * FAULT_PER_SHARD):
+            writer.write({"label": i, "data": tt.BytesList([bytes([i % 251]) * FAULT_BYTES])})
+    records = FAULT_SHARDS * FAULT_PER_SHARD
+    print(
+        f"\n{records} records of ~4 KB in {FAULT_SHARDS} shards; +{latency * 1000:g} ms a request; "
+        f"median of {repeats} epochs; load average {load_average()}"
+    )
+    header = ("faults", "workers", "median s", "x clean", "GETs", "extra", "faulted", "held s", "records")
+    line = "{:<20} {:>7} {:>9} {:>8} {:>6} {:>6} {:>8} {:>7} {:>10}"
+    print(line.format(*header))
+    for workers in (0, 2):
+        clean_ids: list[int] = []
+        clean_s = clean_gets = 0.0
+        for name, fault in FAULT_ROWS:
+            with FaultProxy(endpoint, latency=latency, **fault) as proxy:
+                proxied = s3_options(proxy.url)
+                times, same = [], True
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    ids = fault_epoch(proxied, workers)
+                    times.append(time.perf_counter() - start)
+                    clean_ids = clean_ids or ids
+                    same = same and ids == clean_ids
+                gets = proxy.requests.get("GET", 0) / repeats
+                stalled = [e for e in proxy.log if e[4].startswith(("hung", "slow"))]
+            seconds = statistics.median(times)
+            if not fault:
+                clean_s, clean_gets = seconds, gets
+            held = f"{max(e[1] for e in stalled):.2f}" if stalled else "-"
+            print(
+                line.format(
+                    name,
+                    workers,
+                    f"{seconds:.3f}",
+                    f"{seconds / clean_s:.2f}",
+                    f"{gets:.1f}",
+                    f"{(gets - clean_gets) / clean_gets:+.1%}",
+                    len(stalled),
+                    held,
+                    "identical" if same else "DIFFERENT",
+                )
+            )
+    print(f"load average after: {load_average()}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 20.0])
+    parser.add_argument("--faults", action="store_true", help="also the table of faulty epochs")
+    parser.add_argument("--faults-only", action="store_true", help="only the table of faulty epochs")
+    parser.add_argument("--fault-repeats", type=int, default=5)
     args = parser.parse_args()
     import fsspec
 
+    if args.faults_only:
+        with moto_server() as endpoint:
+            fsspec.filesystem("s3", **s3_options(endpoint)).mkdir("bench")
+            faults_table(endpoint, args.fault_repeats, 0.02)
+        return
     with tempfile.TemporaryDirectory() as root, moto_server() as endpoint:
         options = s3_options(endpoint)
         fsspec.filesystem("s3", **options).mkdir("bench")
@@ -91,6 +178,8 @@ def main() -> None:
                         f"{name:<16} {shuffle!s:<8} {workers:>7} {seconds:>9.3f} {total / seconds:>10,.0f} "
                         f"{local / seconds:>8.2f} {gets:>6}"
                     )
+        if args.faults:
+            faults_table(endpoint, args.fault_repeats, 0.02)
 
 
 if __name__ == "__main__":

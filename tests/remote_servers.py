@@ -3,7 +3,9 @@
 - :func:`moto_server`: an S3-compatible server (``moto[server]``), in a child process.
 - :func:`gcs_emulator`: a GCS emulator (``gcp-storage-emulator``), in a child process.
 - :class:`FaultProxy`: an HTTP proxy in front of either that counts requests and, when told,
-  answers some of them with a 503 or drops the connection without an answer.
+  answers some of them with a 503 or drops the connection without an answer, never answers,
+  answers slowly, resets or cuts short a body, or answers every GET 503 for a while (a storm);
+  it logs every GET (:attr:`FaultProxy.log`).
 - :class:`RangedFileServer`: a folder's files over plain HTTP (ranged GETs, HEADs), with a
   latency added to every request and the requests counted.
 
@@ -17,7 +19,9 @@ import http.client
 import http.server
 import json
 import os
+import select
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -119,15 +123,43 @@ class FaultProxy:
     closing the connection without an answer; ``fail_every=0`` forwards everything.
     ``deny=True`` answers every GET with 403 AccessDenied. ``latency`` seconds are added to every
     request (object stores answer in tens of milliseconds; a local server in well under one).
+    Faults of object GETs (no query string: not listings), each every n-th such GET (0: never):
+    ``hang_every`` never answered (the connection is held open until the client lets go, the
+    proxy stops or ``hold`` seconds pass); ``slow_every`` answered at ``slow_rate`` bytes/s;
+    ``reset_every`` half the body sent, then the connection reset; ``short_every`` half the body
+    sent under the whole body's Content-Length, then the connection closed. A request is faulted
+    at most once (by its path and range): its retry or hedge gets through. :meth:`storm`
+    answers every object GET 503 SlowDown for some seconds from the next one.
     ``get_bytes`` counts the body bytes of the GETs the server answered (``get_bytes_by_path``
     by URL path, query left out; JSON metadata and listings left out): what a reader fetched.
-    ``GET /__counts__`` is answered by the proxy itself with those counts as JSON (for readers in
-    other processes).
+    ``log`` has one entry per GET: ``(start, seconds, path, range, outcome)``, the outcome the
+    status sent or the fault (``"hung"``, ``"slow"``, ``"reset"``, ``"short"``, ``"drop"``) and
+    whether the client went away first. ``GET /__counts__`` is answered by the proxy itself with
+    the counts as JSON (for readers in other processes). ``backlog``: the listening socket's.
     """
 
     def __init__(
-        self, upstream: str, *, fail_every: int = 0, deny: bool = False, latency: float = 0.0
+        self,
+        upstream: str,
+        *,
+        fail_every: int = 0,
+        deny: bool = False,
+        latency: float = 0.0,
+        hang_every: int = 0,
+        slow_every: int = 0,
+        slow_rate: float = 10_000.0,
+        reset_every: int = 0,
+        short_every: int = 0,
+        hold: float = 60.0,
+        backlog: int = 5,
     ) -> None:
+        self.hang_every, self.slow_every, self.slow_rate = hang_every, slow_every, slow_rate
+        self.reset_every, self.short_every, self.hold = reset_every, short_every, hold
+        self.log: list[tuple[float, float, str, str, str]] = []
+        self.object_gets = 0
+        self._storm_until = self._storm_for = 0.0
+        self._faulted: set[str] = set()
+        self._stopping = threading.Event()
         self.latency = latency
         self.upstream = upstream.removeprefix("http://")
         self.fail_every = fail_every
@@ -172,21 +204,44 @@ class FaultProxy:
                         elif proxy.fail_every and proxy._gets % proxy.fail_every == 0:
                             proxy.faults += 1
                             fault = "drop" if proxy.faults % 2 else "503"
+                        elif "?" not in self.path and self.path != "/":
+                            fault = proxy._object_fault(f"{self.path} {self.headers.get('Range', '')}")
+                started = time.monotonic()
+                try:
+                    outcome = self._answer(fault, body)
+                except OSError as error:  # the client went away
+                    outcome = f"{fault or 'forwarded'}, client gone ({type(error).__name__})"
+                if self.command == "GET":
+                    with proxy._lock:
+                        proxy.log.append(
+                            (
+                                started,
+                                time.monotonic() - started,
+                                self.path,
+                                self.headers.get("Range", ""),
+                                outcome,
+                            )
+                        )
+
+            def _answer(self, fault: str | None, body: bytes | None) -> str:
                 if proxy.latency:
                     time.sleep(proxy.latency)
                 if fault == "drop":
                     self.close_connection = True
                     with contextlib.suppress(OSError):
                         self.connection.shutdown(socket.SHUT_RDWR)
-                    return
-                if fault in ("503", "403"):
+                    return "drop"
+                if fault == "hung":
+                    return self._hold()
+                if fault in ("503", "403", "storm"):
+                    fault = "503" if fault == "storm" else fault
                     payload = _SLOW_DOWN if fault == "503" else _DENIED
                     self.send_response(int(fault))
                     self.send_header("Content-Type", "application/xml")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
-                    return
+                    return fault
                 connection = http.client.HTTPConnection(proxy.upstream, timeout=60)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
@@ -211,21 +266,94 @@ class FaultProxy:
                 if not head:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(data)
+                if self.command == "HEAD":
+                    return str(answer.status)
+                if fault in ("reset", "short"):
+                    self.wfile.write(data[: len(data) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    if fault == "reset":  # SO_LINGER 0: the close sends a RST, not a FIN
+                        self.connection.setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                        )
+                    else:
+                        self.connection.shutdown(socket.SHUT_WR)
+                    return fault
+                if fault == "slow":
+                    step = max(1, int(proxy.slow_rate / 20))
+                    for at in range(0, len(data), step):
+                        if proxy._stopping.wait(step / proxy.slow_rate):
+                            break
+                        self.wfile.write(data[at : at + step])
+                        self.wfile.flush()
+                    return "slow"
+                self.wfile.write(data)
+                return str(answer.status)
+
+            def _hold(self) -> str:
+                """No answer: waits until the client closes the connection (or the proxy stops)."""
+                self.close_connection = True
+                until = time.monotonic() + proxy.hold
+                while time.monotonic() < until and not proxy._stopping.is_set():
+                    readable, _, _ = select.select([self.connection], [], [], 0.05)
+                    if readable:
+                        try:
+                            if not self.connection.recv(1, socket.MSG_PEEK):
+                                return "hung, client gone"
+                        except OSError:
+                            return "hung, client gone"
+                        return "hung, client sent more"
+                return "hung"
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server_class = type("Server", (http.server.ThreadingHTTPServer,), {"request_queue_size": backlog})
+        self._server = server_class(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def _object_fault(self, request: str) -> str | None:
+        """The fault of the next object GET, if any (call it holding the lock)."""
+        self.object_gets += 1
+        if self._storm_for:
+            self._storm_until, self._storm_for = time.monotonic() + self._storm_for, 0.0
+        if time.monotonic() < self._storm_until:
+            self.faults += 1
+            return "storm"
+        if request in self._faulted:
+            return None
+        for name, every in (
+            ("hung", self.hang_every),
+            ("slow", self.slow_every),
+            ("reset", self.reset_every),
+            ("short", self.short_every),
+        ):
+            if every and self.object_gets % every == 0:
+                self.faults += 1
+                self._faulted.add(request)
+                return name
+        return None
+
+    def storm(self, seconds: float) -> None:
+        """Answers every object GET with 503 SlowDown for ``seconds`` from the next one on."""
+        with self._lock:
+            self._storm_for = seconds
+
+    def outcomes(self) -> dict[str, int]:
+        """The logged GETs by outcome."""
+        found: dict[str, int] = {}
+        with self._lock:
+            for entry in self.log:
+                found[entry[4]] = found.get(entry[4], 0) + 1
+        return found
 
     def __enter__(self) -> FaultProxy:
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._stopping.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -237,6 +365,9 @@ class FaultProxy:
             self.get_bytes = 0
             self.get_bytes_by_path.clear()
             self._gets = 0
+            self.object_gets = 0
+            self.log.clear()
+            self._faulted.clear()
 
 
 class RangedFileServer:

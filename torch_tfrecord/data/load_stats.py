@@ -23,8 +23,11 @@ from ..support.stages import (
     BUCKETS,
     BYTES,
     CACHED,
+    DEADLINE_RETRIES,
     FIRST_COUNT,
     FIRST_NS,
+    HEDGES_SENT,
+    HEDGES_WON,
     HISTOGRAM,
     LOOP_COUNT,
     LOOP_NS,
@@ -142,6 +145,10 @@ class LoadStats:
         workers: each process that took part: the main process, then the workers.
         bottleneck: one of :data:`BOTTLENECKS`.
         advice: a sentence saying what to change.
+        remote_hedges: of ``remote_requests``, those sent again because the first copy was still
+            unanswered at the running p95 latency (see the remote-storage guide).
+        remote_hedges_won: hedges that answered before the request they copied.
+        remote_deadline_retries: requests given up on at their deadline, and retried.
     """
 
     seconds: float
@@ -162,6 +169,9 @@ class LoadStats:
     workers: tuple[ProcessLoad, ...]
     bottleneck: str
     advice: str
+    remote_hedges: int = 0
+    remote_hedges_won: int = 0
+    remote_deadline_retries: int = 0
 
     @property
     def records_per_second(self) -> float:
@@ -214,8 +224,14 @@ class LoadStats:
             )
         if self.remote_requests or self.remote_bytes:
             hits = "" if self.cache_hit_ratio is None else f"; cache hits {self.cache_hit_ratio:.0%} of bytes"
+            slow = ""
+            if self.remote_hedges or self.remote_deadline_retries:
+                slow = (
+                    f"; {self.remote_hedges:,} hedged ({self.remote_hedges_won:,} answered first), "
+                    f"{self.remote_deadline_retries:,} past their deadline"
+                )
             lines.append(
-                f"remote: {self.remote_requests:,} requests, {self.remote_bytes / 1e6:,.1f} MB{hits}"
+                f"remote: {self.remote_requests:,} requests, {self.remote_bytes / 1e6:,.1f} MB{hits}{slow}"
             )
         for process in workers:
             share = process.busy_seconds / self.seconds if self.seconds > 0 else 0.0
@@ -298,6 +314,9 @@ def summarize(
         workers=_processes(window, pids),
         bottleneck=bottleneck,
         advice=_advice(bottleneck, share, cost, window, batches, working),
+        remote_hedges=int(window[:, HEDGES_SENT].sum()),
+        remote_hedges_won=int(window[:, HEDGES_WON].sum()),
+        remote_deadline_retries=int(window[:, DEADLINE_RETRIES].sum()),
     )
 
 

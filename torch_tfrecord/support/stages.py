@@ -31,12 +31,15 @@ __all__ = [
     "BUCKETS",
     "BYTES",
     "CACHED",
+    "DEADLINE_RETRIES",
     "DECODE",
     "FIELDS",
     "FIRST_COUNT",
     "FIRST_NS",
     "FLOOR_BITS",
     "HANDOFF",
+    "HEDGES_SENT",
+    "HEDGES_WON",
     "HISTOGRAM",
     "IMAGE_DECODE",
     "INFLATE",
@@ -79,7 +82,9 @@ REQUESTS = _OTHERS  # requests to remote storage that a read waited for
 CACHED = _OTHERS + 1  # shards opened through the node's cache
 LOOP_NS, LOOP_COUNT = _OTHERS + 2, _OTHERS + 3  # the loop's next() (first of a pass excluded)
 FIRST_NS, FIRST_COUNT = _OTHERS + 4, _OTHERS + 5  # the first next() of each pass (start-up)
-HISTOGRAM = _OTHERS + 6  # LOOP_NS's next() calls by duration (see bucket)
+HEDGES_SENT, HEDGES_WON = _OTHERS + 6, _OTHERS + 7  # remote requests sent again, and answered first
+DEADLINE_RETRIES = _OTHERS + 8  # remote requests given up on at their deadline (and retried)
+HISTOGRAM = _OTHERS + 9  # LOOP_NS's next() calls by duration (see bucket)
 BUCKETS = 112
 FIELDS = HISTOGRAM + BUCKETS
 PER_DOUBLING = 4  # histogram buckets per doubling: each about 19% wide
@@ -196,7 +201,8 @@ def lap(stage: int, token: int | None, amount: int = 0) -> int | None:
 
 
 def count(field: int, amount: int) -> None:
-    """Adds ``amount`` to a counter (:data:`REQUESTS`, :data:`CACHED`) of this thread's record."""
+    """Adds ``amount`` to a counter (:data:`REQUESTS`, :data:`CACHED`, :data:`HEDGES_SENT` ...) of
+    this thread's record."""
     record = _get()
     if record is not None and not record.paused:
         record.counts[field] += amount

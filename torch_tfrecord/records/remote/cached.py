@@ -18,14 +18,15 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ...errors import IndexFormatError, RemoteIOError
+from ...errors import IndexFormatError
+from . import hedged
 from .cache import ShardCache, cache_key
 from .cache_dir import CacheWriteError, read_small, writing
 from .ranged import RemoteFile, RequestCounter
-from .retry import retrying
 from .urls import StorageOptions, file_info, filesystem, read_bytes
+from .versions import ObjectChangedError, check_version, file_version
 
-__all__ = ["CachedFile", "download", "file_version", "read_through"]
+__all__ = ["CachedFile", "ObjectChangedError", "download", "file_version", "read_through"]
 
 # Reads that end at most this far past what the download has written wait for it: the stream
 # brings those bytes about as soon as a request of their own would.
@@ -38,15 +39,6 @@ _RETRY_S = 1.0
 _FIRST_CHUNK = 256 << 10
 _MAX_CHUNK = 8 << 20
 _DOWNLOADS_AT_ONCE = 4
-
-
-def file_version(info: dict[str, Any]) -> str:
-    """The object's version in fsspec's ``info``: its ETag or generation ("" where there is none)."""
-    for name in ("ETag", "etag", "generation", "VersionId", "md5Hash"):
-        value = info.get(name)
-        if value:
-            return str(value).strip('"')
-    return ""
 
 
 def download(
@@ -64,14 +56,12 @@ def download(
     fetching it or the cache cannot take it.
 
     The bytes go to ``KEY.part`` in growing ranged requests (retried), and become the copy by a
-    rename once their size and (``recheck``) the object's version (ETag, generation) are
-    checked again: one more lookup, which a small file read whole in one request can spare,
-    and which is spared where the version is not known (a manifest written beside local
-    files): one request, one byte longer than the object, then says its size.
+    rename once their size and (``recheck``) the object's version (ETag, generation) are checked
+    again: one more lookup, spared where the version is not known (a manifest written beside
+    local files): one request, one byte longer than the object, then says its size.
 
     Raises:
-        RemoteIOError: the object changed (size or version) since it was listed, or while it was
-            fetched.
+        ObjectChangedError: the object changed (size or version) since it was listed.
     """
     if cache.disabled is not None:
         return None
@@ -85,15 +75,13 @@ def download(
             return found
         if not cache.reserve(url, size, version, now):
             return None
+
+        def check(in_one: bool) -> None:
+            if recheck and not (in_one and not version):  # (its size: checked by the fetch)
+                check_version(url, size, version, storage_options, "cached")
+
         try:
-            in_one = _fetch(cache, key, url, size, storage_options, counter)
-            recheck = recheck and not (in_one and not version)  # (its size: checked by the fetch)
-            info = file_info(url, storage_options) if recheck else {"size": size}
-            if int(info["size"]) != size or (recheck and file_version(info) != version):
-                raise RemoteIOError(
-                    f"{url!r} changed while it was being cached (size {size} -> {info['size']}, "
-                    f"version {version!r} -> {file_version(info)!r})"
-                )
+            _fetch(cache, key, url, size, storage_options, counter, check)
             return cache.commit(key)
         except BaseException:
             cache.remove(key)
@@ -112,35 +100,36 @@ def _fetch(
     size: int,
     storage_options: StorageOptions,
     counter: RequestCounter | None,
-) -> bool:
-    """Writes the object's ``size`` bytes to its part file; True when one request brought them
-    and said the object's size: an object of at most _FIRST_CHUNK bytes is asked for one byte
-    more than it holds (a store answers a range past the end with the bytes there are)."""
+    check: Callable[[bool], None],
+) -> None:
+    """Writes the object's ``size`` bytes to its part file, and ``check``s its version: an object
+    of at most _FIRST_CHUNK bytes is asked for one byte more than it holds in one request (a
+    store answers a range past the end with the bytes there are), which says its size, and is
+    checked before its bytes are written (readers read a download under way: never the bytes of
+    another version); a larger one is checked once all its bytes are written."""
     fs, path = filesystem(url, storage_options)
     position, chunk = 0, _FIRST_CHUNK
     in_one = size <= _FIRST_CHUNK
+    sent = None if counter is None else lambda: counter.add(1)
     with os.fdopen(cache.create_part(key), "wb", buffering=0) as out:
         while position < size:
             start, end = position, min(size, position + chunk)
             asked = end + 1 if in_one else end
-
-            def get(start: int = start, end: int = asked) -> bytes:
-                if counter is not None:
-                    counter.add(1)
-                return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
-
-            data = retrying(get, url, f"caching bytes {start}..{end}")
+            data = hedged.fetch(fs, url, path, start, asked, f"caching bytes {start}..{end}", sent)
             if in_one and len(data) != size:
-                raise RemoteIOError(
+                raise ObjectChangedError(
                     f"{url!r} has {'more' if len(data) > size else 'fewer'} than the {size} bytes it had "
                     "when it was listed (it changed since)"
                 )
             if len(data) != end - start:
-                raise RemoteIOError(f"{url!r} is shorter than {size} bytes (it changed while being cached)")
+                raise ObjectChangedError(f"{url!r} is shorter than {size} bytes (it changed while cached)")
+            if in_one:
+                check(True)
             with writing(repr(cache.part_path(key))):
                 out.write(data)
             position, chunk = end, min(2 * chunk, _MAX_CHUNK)
-    return in_one
+    if not in_one:
+        check(False)
 
 
 def read_through(
@@ -245,6 +234,7 @@ class CachedFile:
         self._tried = -_RETRY_S
         self._direct: RemoteFile | None = None  # exact ranges, while a download runs
         self._merged: RemoteFile | None = None  # as without a cache, when the cache cannot take it
+        self._changed: str | None = None  # why the object is not the one listed, once a download found it
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -350,6 +340,7 @@ class CachedFile:
                 data = _pread_all(path, starts, sizes)
                 if data is not None:
                     return data
+            self._raise_if_changed()  # (not read from the store instead: that would mix versions)
             self.start()
             if end <= _WAIT_AHEAD:  # (a read further in does not wait for a download to get there)
                 self._promote()
@@ -376,7 +367,24 @@ class CachedFile:
             time.sleep(0.002)
         return self._remote(exact=downloading).read_ranges(starts, sizes)
 
+    def _raise_if_changed(self) -> None:
+        """Raises the error of a download that found the object changed (then and at every read)."""
+        future = self._future
+        if self._changed is None and future is not None and future.done() and not future.cancelled():
+            error = future.exception()
+            self._changed = str(error) if isinstance(error, ObjectChangedError) else None
+        if self._changed is not None:
+            raise ObjectChangedError(self._changed)
+
     def _remote(self, exact: bool) -> RemoteFile:
+        if self._direct is None and self._merged is None and self.version:
+            # The first read from the store, not from a download (which checks the version): the
+            # object must still be the one listed, or the reads would mix two versions.
+            try:
+                check_version(self.url, self.size, self.version, self.storage_options, "read")
+            except ObjectChangedError as error:
+                self._changed = str(error)
+                raise
         with self._lock:
             if exact:
                 if self._direct is None:

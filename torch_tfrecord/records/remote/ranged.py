@@ -1,8 +1,9 @@
 """Reading byte ranges of a remote object: merged requests, read-ahead, and a stream over them.
 
 Index entries are read as byte ranges, neighbouring ranges merged into one request
-(:func:`coalesce`), several requests sent at once; requests that follow one another through a
-file (the sequential shuffle modes, a stream) read ahead in the background.
+(:func:`coalesce`), several requests sent at once, each hedged and under a deadline
+(:mod:`.hedged`); requests that follow one another through a file (the sequential shuffle
+modes, a stream) read ahead in the background.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from ...support.stages import REQUESTS, count
-from .retry import retrying
+from . import hedged
 from .urls import StorageOptions, filesystem
 
 __all__ = ["RemoteFile", "RequestCounter", "coalesce"]
@@ -136,46 +137,22 @@ class RemoteFile:
         return self._fs
 
     def _get(self, start: int, end: int) -> bytes:
-        """One ranged request, retried; short answers (a shrunken object) are returned as they are."""
+        """One ranged request (hedged, under a deadline, retried); short answers (a shrunken
+        object) are returned as they are."""
         fs, path = self._filesystem()
-        what = f"reading bytes {start}..{end}"
-
-        def call() -> bytes:
-            self._count(1)
-            return fs.cat_file(path, start=start, end=end)  # type: ignore[no-any-return]
-
-        return retrying(call, self.url, what)
+        return hedged.fetch(fs, self.url, path, start, end, f"reading bytes {start}..{end}", self._sent)
 
     def _get_many(self, spans: list[tuple[int, int]]) -> list[bytes]:
-        """Several ranged requests at once (concurrently where the file system is async)."""
+        """Several ranged requests at once (each hedged and under a deadline)."""
         if len(spans) == 1:
             return [self._get(*spans[0])]
         fs, path = self._filesystem()
-        results: list[bytes | None] = [None] * len(spans)
-        missing = list(range(len(spans)))
+        return hedged.fetch_many(
+            fs, self.url, path, spans, f"reading {len(spans)} ranges from byte {spans[0][0]}", self._sent
+        )
 
-        def call() -> None:
-            nonlocal missing
-            self._count(len(missing))
-            answers = fs.cat_ranges(
-                [path] * len(missing),
-                [spans[i][0] for i in missing],
-                [spans[i][1] for i in missing],
-                on_error="return",
-            )
-            failed = []
-            for i, answer in zip(missing, answers, strict=True):
-                if isinstance(answer, BaseException):
-                    failed.append((i, answer))
-                else:
-                    results[i] = answer
-            missing = [i for i, _ in failed]
-            if failed:  # retried by `retrying` for only the ranges that failed
-                raise failed[0][1]
-
-        first = spans[0][0]
-        retrying(call, self.url, f"reading {len(spans)} ranges from byte {first}")
-        return results  # type: ignore[return-value]
+    def _sent(self) -> None:
+        self._count(1)
 
     def read_whole(self) -> int:
         """Fetches the whole object in one request that asks for one byte more than ``size``, and

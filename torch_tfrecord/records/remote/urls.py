@@ -3,7 +3,8 @@
 Any fsspec URL works (``s3://``, ``gs://``, ``https://``, ``memory://`` ...); fsspec and the
 protocol packages are the optional extra ``remote``, imported only when a URL is used.
 ``file://`` URLs and plain paths never come here: they take the local fast path of ``io.py``.
-Every request is retried (:mod:`torch_tfrecord.records.remote.retry`).
+Every request is retried (:mod:`torch_tfrecord.records.remote.retry`); reads, lookups and
+listings are also hedged and under a deadline (:mod:`torch_tfrecord.records.remote.hedged`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 
 from ...errors import SourceNotFoundError
 from ...support.extras import install_hint
+from . import hedged
 from .retry import retrying
 
 __all__ = [
@@ -117,16 +119,19 @@ def for_each_path(call: Callable[[str], T], paths: Sequence[str]) -> list[T]:
         return list(pool.map(call, paths))
 
 
-def file_info(url: str, storage_options: StorageOptions = None) -> dict[str, Any]:
-    """fsspec's ``info`` of ``url`` (retried)."""
+def file_info(url: str, storage_options: StorageOptions = None, *, fresh: bool = False) -> dict[str, Any]:
+    """fsspec's ``info`` of ``url`` (retried); ``fresh``: asked of the store, not of what the file
+    system remembers of an earlier listing (s3fs answers from it)."""
     fs, path = filesystem(url, storage_options)
-    return retrying(lambda: fs.info(path), url, "looking up")  # type: ignore[no-any-return]
+    if fresh:
+        fs.invalidate_cache(path)
+    return hedged.call(fs, url, "looking up", "info", path)  # type: ignore[no-any-return]
 
 
 def exists(url: str, storage_options: StorageOptions = None) -> bool:
     """Whether an object (or directory) exists at ``url``."""
     fs, path = filesystem(url, storage_options)
-    return bool(retrying(lambda: fs.exists(path), url, "looking up"))
+    return bool(hedged.call(fs, url, "looking up", "exists", path))
 
 
 @dataclasses.dataclass
@@ -161,22 +166,22 @@ def expand(url: str, storage_options: StorageOptions = None) -> Listed:
         folder, _, pattern = path.rpartition("/")
         complete: set[str] = set()
         if folder and not any(char in folder for char in "*?["):
-            listed = retrying(lambda: _ls_or_empty(fs, folder), url, "listing")
+            listed = _ls_or_empty(fs, url, folder)
             seen = {e["name"]: e for e in listed if e.get("type") != "directory"}
             found = {p: e for p, e in seen.items() if fnmatch.fnmatchcase(posixpath.basename(p), pattern)}
             complete.add(fs.unstrip_protocol(folder))
         else:
-            globbed = retrying(lambda: fs.glob(path, detail=True), url, "listing")
+            globbed = hedged.call(fs, url, "listing", "glob", path, detail=True)
             seen = found = {p: e for p, e in globbed.items() if e.get("type") != "directory"}
         prefix = _fixed_prefix(path)
         entries = [(fs.unstrip_protocol(p), _below(p, prefix)) for p in found]
         infos = {fs.unstrip_protocol(p): e for p, e in seen.items()}
         return Listed(entries, "glob", infos, complete)
-    info = retrying(lambda: _info_or_none(fs, path), url, "looking up")
+    info = _info_or_none(fs, url, path)
     if info is None:
         raise SourceNotFoundError(f"no such file or directory: {url!r}")
     if info.get("type") == "directory":
-        found = retrying(lambda: fs.find(path, detail=True), url, "listing")
+        found = hedged.call(fs, url, "listing", "find", path, detail=True)
         root = path.rstrip("/")
         files = {p: e for p, e in found.items() if e.get("type") != "directory"}
         entries = [(fs.unstrip_protocol(p), _below(p, root)) for p in files]
@@ -200,16 +205,16 @@ def _below(path: str, root: str) -> str:
     return posixpath.basename(path)
 
 
-def _ls_or_empty(fs: Any, folder: str) -> list[dict[str, Any]]:
+def _ls_or_empty(fs: Any, url: str, folder: str) -> list[dict[str, Any]]:
     try:
-        return fs.ls(folder, detail=True)  # type: ignore[no-any-return]
+        return hedged.call(fs, url, "listing", "ls", folder, detail=True)  # type: ignore[no-any-return]
     except FileNotFoundError:  # no such folder: a glob in it matches nothing
         return []
 
 
-def _info_or_none(fs: Any, path: str) -> dict[str, Any] | None:
+def _info_or_none(fs: Any, url: str, path: str) -> dict[str, Any] | None:
     try:
-        return fs.info(path)  # type: ignore[no-any-return]
+        return hedged.call(fs, url, "looking up", "info", path)  # type: ignore[no-any-return]
     except FileNotFoundError:
         return None
 
@@ -222,7 +227,7 @@ def read_head(url: str, count: int, storage_options: StorageOptions = None) -> b
         return b""
     fs, path = filesystem(url, storage_options)
     end = min(count, size)
-    return retrying(lambda: fs.cat_file(path, start=0, end=end), url, f"reading bytes 0..{end}")  # type: ignore[no-any-return]
+    return hedged.fetch(fs, url, path, 0, end, f"reading bytes 0..{end}")
 
 
 def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | None = None) -> bytes:
@@ -233,13 +238,13 @@ def read_bytes(url: str, storage_options: StorageOptions = None, limit: int | No
     fs, path = filesystem(url, storage_options)
     end = None if limit is None else limit + 1
     try:
-        return retrying(lambda: fs.cat_file(path, start=0, end=end), url, "reading")  # type: ignore[no-any-return]
+        return hedged.fetch(fs, url, path, 0, end, "reading")
     except FileNotFoundError:
         raise
     except (OSError, ValueError):
         if limit is not None and int(file_info(url, storage_options)["size"]) != 0:
             raise  # (not the empty object's refused range: a whole read could be anything)
-        return retrying(lambda: fs.cat_file(path), url, "reading")  # type: ignore[no-any-return]
+        return hedged.fetch(fs, url, path, None, None, "reading")
 
 
 def write_bytes(url: str, data: bytes, storage_options: StorageOptions = None) -> None:
