@@ -4,7 +4,7 @@ The pure policy (records/remote/deadlines.py) is checked by itself; hedging's bo
 against a store in memory whose first answer comes late and wrong; then the fault matrix,
 through the test proxy in front of moto's S3 server on 127.0.0.1: GETs never answered, answered
 at 10 KB/s, bodies reset or cut short, a 503 storm, an object replaced mid-epoch, the cache's
-disk full mid-download and a rank killed while writing to the cache. Each with 0 and 2 workers,
+disk full mid-download and a rank killed while writing to the cache. Each with 0 and 2 workers (the matrix and the storm with 2 threads too),
 asserting the exact records of the same shards read from local disk and a bound on the time.
 """
 
@@ -258,7 +258,13 @@ def test_with_hedging_off_a_read_past_its_deadline_is_retried(monkeypatch: pytes
 # ---------------------------------------------------------------- the fault matrix
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+# The loaders a fault meets: the main process, two DataLoader workers, two threads of ours.
+LOADERS = pytest.mark.parametrize(
+    ("workers", "threads"), [(0, 0), (2, 0), (0, 2)], ids=["main", "2-workers", "2-threads"]
+)
+
+
+@LOADERS
 @pytest.mark.parametrize(
     ("fault", "bound_s"),
     [
@@ -270,12 +276,12 @@ def test_with_hedging_off_a_read_past_its_deadline_is_retried(monkeypatch: pytes
     ids=["never-answered", "10KB/s", "reset-mid-body", "short-body"],
 )
 def test_faults_lose_and_repeat_nothing_within_a_bound(
-    stores: tuple[str, str], fault: dict[str, Any], bound_s: float, workers: int
+    stores: tuple[str, str], fault: dict[str, Any], bound_s: float, workers: int, threads: int
 ) -> None:
     endpoint, local = stores
     expected = _epoch(_dataset(os.path.join(local, "small"), {}), workers=0)
     with FaultProxy(endpoint, **fault) as proxy:
-        dataset = _dataset("s3://faults/small/", _options(proxy))
+        dataset = _dataset("s3://faults/small/", _options(proxy), threads=threads)
         start = time.monotonic()
         got = _epoch(dataset, workers)
         seconds = time.monotonic() - start
@@ -290,15 +296,17 @@ def test_faults_lose_and_repeat_nothing_within_a_bound(
         assert stalled and all(entry[1] < 5.0 and "gone" in entry[4] for entry in stalled), stalled
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_slowdown_storm_of_two_seconds_is_waited_out(stores: tuple[str, str], workers: int) -> None:
+@LOADERS
+def test_a_slowdown_storm_of_two_seconds_is_waited_out(
+    stores: tuple[str, str], workers: int, threads: int
+) -> None:
     endpoint, local = stores
     expected = _epoch(_dataset(os.path.join(local, "small"), {}), workers=0)
     retries = remote.RetryPolicy(attempts=8, initial_delay=0.1, max_delay=1.0)  # ~2.2-4.5 s in all
     previous = remote.set_retry_policy(retries)
     try:
         with FaultProxy(endpoint) as proxy:
-            dataset = _dataset("s3://faults/small/", _options(proxy))
+            dataset = _dataset("s3://faults/small/", _options(proxy), threads=threads)
             proxy.storm(2.0)  # from the epoch's first object GET on
             start = time.monotonic()
             got = _epoch(dataset, workers)

@@ -271,6 +271,7 @@ class CachedFile:
             if future is None or self._pid != os.getpid() or not future.cancel():
                 return
             promoted: Future[str | None] = Future()
+            promoted.set_running_or_notify_cancel()  # (running: another reader's promote waits for it)
             self._future = promoted
         try:
             promoted.set_result(self._download(self._now())())
