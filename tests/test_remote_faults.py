@@ -4,8 +4,9 @@ The pure policy (records/remote/deadlines.py) is checked by itself; hedging's bo
 against a store in memory whose first answer comes late and wrong; then the fault matrix,
 through the test proxy in front of moto's S3 server on 127.0.0.1: GETs never answered, answered
 at 10 KB/s, bodies reset or cut short, a 503 storm, an object replaced mid-epoch, the cache's
-disk full mid-download and a rank killed while writing to the cache. Each with 0 and 2 workers (the matrix and the storm with 2 threads too),
-asserting the exact records of the same shards read from local disk and a bound on the time.
+disk full mid-download and a rank killed while writing to the cache. Each with 0 and 2 workers
+(the matrix and the storm with 2 threads too), asserting the exact records of the same shards
+read from local disk and a bound on the time.
 """
 
 from __future__ import annotations
