@@ -97,6 +97,8 @@ def cast(key: str, array: np.ndarray[Any, Any], dtype: Any, record_of: Callable[
         kind = f"{dtype} [{info.min}, {info.max}]"
     else:
         converted = tensor.to(dtype)
+        if tensor.dtype.is_floating_point and torch.finfo(dtype).max >= torch.finfo(tensor.dtype).max:
+            return converted  # a wider float (float32 -> float64): every value fits
         bad = torch.nonzero(torch.isinf(converted) & ~torch.isinf(tensor)).reshape(-1).numpy()
         if not len(bad):
             return converted

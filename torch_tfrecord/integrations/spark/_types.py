@@ -14,6 +14,7 @@ precision, which is what a float_list holds), arrays VarLen (a null array reads 
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -148,9 +149,13 @@ def _fixed_with_nulls(
         keep_values = np.repeat(present, counts)
         full[present] = values[keep_values].reshape(-1, *spec.shape)
         array = plain_column(spec, torch.from_numpy(full))
-    elif spec.shape == ():  # (the common case, in one pass: a row's one value, or a null)
+    elif spec.shape == ():  # (the common case: a row's one value, or a null; no Python per row)
         kind = pa.string() if spec.dtype is str else pa.binary()
-        return pa.array([row[0] if len(row) == 1 else None for row in values], type=kind)
+        flat = pa.array(itertools.chain.from_iterable(values), type=kind, size=int(counts.sum()))
+        if present.all() and len(flat) == rows:
+            return flat
+        first = np.cumsum(counts) - counts  # each row's first value in ``flat``
+        return flat.take(pa.array(first, mask=~present))
     else:
         array = pa.array([row if len(row) == numel else [None] * numel for row in values])
     return pc.if_else(pa.array(present), array, pa.scalar(None, array.type))
