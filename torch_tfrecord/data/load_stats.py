@@ -341,9 +341,12 @@ def _processes(window: Int64s, pids: Int64s) -> tuple[ProcessLoad, ...]:
         batches = int(counts[LOOP_COUNT] + counts[FIRST_COUNT])
         if not batches and not counts[RECORDS] and row:
             continue
+        name = "main" if row == 0 else f"worker {row - 1}"
+        if row and row == len(window) - 1:
+            name = "loading process"  # (the last slot: see load_counters.PROCESS_SLOT)
         found.append(
             ProcessLoad(
-                name="main" if row == 0 else f"worker {row - 1}",
+                name=name,
                 pid=int(pids[row]),
                 batches=batches,
                 records=int(counts[RECORDS]),
