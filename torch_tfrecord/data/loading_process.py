@@ -273,7 +273,11 @@ def _child(
         meter.close()  # (the counters written before the main process reads them)
     try:
         sender.send(*last)
-    except _ParentGone:
+        # Alive until the main process has read every message: the file descriptors of shared
+        # memory in them are fetched from this process (multiprocessing's resource sharer).
+        while True:
+            conn.recv_bytes()
+    except (_ParentGone, EOFError, OSError):
         pass
 
 
