@@ -94,18 +94,17 @@ def test_the_same_batches_as_threads_in_the_main_process_and_as_workers(
     assert _epoch(make(), workers=2) == without  # two DataLoader workers
     seeded = _epoch(make(threads=2, transform=_augment_with, transform_threads=True))
     assert _epoch(make(threads=3, process=True, transform=_augment_with, transform_threads=True)) == seeded
+
     # Samples, batched by the loader.
-    samples = [
-        _ids(iter(DataLoader(
-            tt.TFRecordDataset(paths, spec=SPEC, seed=3, threads=2, process=process), batch_size=4,
-            collate_fn=tt.collate, num_workers=workers,
-        )))  # fmt: skip
-        for process, workers in ((False, 0), (True, 0), (False, 2))
-    ]
-    assert samples[0] == samples[1] == samples[2]
+    def samples(process: bool, workers: int) -> list[list[int]]:
+        ds = tt.TFRecordDataset(paths, spec=SPEC, seed=3, threads=2, process=process)
+        return _ids(iter(DataLoader(ds, batch_size=4, collate_fn=tt.collate, num_workers=workers)))
+
+    expected_samples = samples(False, 0)
+    assert samples(True, 0) == expected_samples == samples(False, 2)
     # tt.loader(process=True): the same, with the loader's batch size told the public way.
-    via_loader = tt.loader(tt.TFRecordDataset(paths, spec=SPEC, seed=3, threads=2), batch_size=4, process=True)
-    assert _ids(iter(via_loader)) == samples[0]
+    plain = tt.TFRecordDataset(paths, spec=SPEC, seed=3, threads=2)
+    assert _ids(iter(tt.loader(plain, batch_size=4, process=True))) == expected_samples
     with pytest.raises(ValueError, match="num_workers=0"):
         tt.loader(make(), process=True, num_workers=2)
     with pytest.raises(ValueError, match="process='yes'"):
@@ -126,7 +125,8 @@ def test_mix_and_pack_in_the_loading_process_give_the_same_batches(
             "a": tt.TFRecordDataset(paths, spec={"id": "int"}, seed=1),
             "b": tt.TFRecordDataset(other, spec={"id": "int"}, seed=2),
         }
-        mix = tt.mix(sources, {"a": 2, "b": 1}, samples_per_epoch=90, batch_size=6, threads=2, process=process)
+        weights = {"a": 2, "b": 1}
+        mix = tt.mix(sources, weights, samples_per_epoch=90, batch_size=6, threads=2, process=process)
         return [(b["_source"].tolist(), {k: b[k]["id"].tolist() for k in ("a", "b") if k in b}) for b in mix]
 
     assert mixed(True) == mixed(False)
@@ -161,7 +161,8 @@ def test_a_state_mid_epoch_names_what_the_loop_received_and_resumes_in_every_mod
     for options, workers in (({"threads": 2}, 0), ({}, 2), ({"threads": 2, "process": True}, 0), ({}, 0)):
         resumed = make(**options)
         resumed.load_state_dict(state)
-        rest = [i for ids in _ids(iter(DataLoader(resumed, batch_size=None, num_workers=workers))) for i in ids]
+        loader = DataLoader(resumed, batch_size=None, num_workers=workers)
+        rest = [i for ids in _ids(iter(loader)) for i in ids]
         assert first + rest == full, (options, workers)  # nothing twice, nothing lost
     # threads -> process: a state taken under threads resumes in the loading process.
     threaded = make(threads=3)
@@ -209,7 +210,8 @@ def test_a_corrupt_record_is_named_in_the_main_process_and_only_it_is_skipped(
     _damage_payload(paths[1], 3)  # global id 23
     raising = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, process=True)
     received = []
-    with pytest.raises(tt.CorruptRecordError, match=r"shard-001\.tfrecord.* at byte \d+ \(record 3\)") as error:
+    named = r"shard-001\.tfrecord.* at byte \d+ \(record 3\)"
+    with pytest.raises(tt.CorruptRecordError, match=named) as error:
         for batch in raising:
             received.append(batch["_record_id"].tolist())
     assert received == [list(range(at, at + 4)) for at in range(0, 20, 4)]
