@@ -40,7 +40,7 @@ import traceback
 from collections.abc import Callable, Generator, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
@@ -117,7 +117,7 @@ class LoadingProcess:
         self._closed = False
         self._process = context.Process(  # type: ignore[attr-defined]
             target=_child,
-            args=(tasks, threads, prefetch, batched, telemetry, theirs, os.getpid()),
+            args=(tasks, threads, prefetch, batched, telemetry, theirs, self._conn, os.getpid()),
             name=_NAME,
             daemon=True,
         )
@@ -145,7 +145,13 @@ class LoadingProcess:
             if kind == _ERROR:
                 self.close()
                 raise _rebuilt(payload)
-            items = [pickle.loads(payload)] if kind == _BATCH else pickle.loads(payload)
+            try:
+                items = [pickle.loads(payload)] if kind == _BATCH else pickle.loads(payload)
+            except (EOFError, OSError):  # shared memory it no longer shares: the child died?
+                self._process.join(POLL_SECONDS)
+                if self._process.exitcode is None:
+                    raise
+                self._died()
             try:
                 self._conn.send_bytes(_READ)  # its slot is free: room for one more
             except OSError:  # the child has sent its last message and ended
@@ -161,6 +167,9 @@ class LoadingProcess:
             return conn.recv_bytes()
         except (EOFError, OSError):
             pass
+        self._died()
+
+    def _died(self) -> NoReturn:
         self._process.join(JOIN_SECONDS)
         code = self._process.exitcode
         how = f"exit status {code}" if code is None or code >= 0 else f"{signal.Signals(-code).name}"
@@ -242,8 +251,9 @@ class _LogPipe:
 
 def _child(
     tasks: Tasks, threads: int, prefetch: int, batched: bool, telemetry: Telemetry, conn: Connection,
-    parent: int,
+    parents: Connection, parent: int,
 ) -> None:  # fmt: skip
+    parents.close()  # (a forked copy of the main process's end: its close there is our end of input)
     watch_parent(parent, "loading process")
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the main process's to handle: it ends us
     torch.set_num_threads(1)  # (as a DataLoader worker: our decode has threads of its own)
