@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
+from torch_tfrecord.data import byte_ring, loading_process
 from torch_tfrecord.data.loading_process import LoadingProcessError
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and /proc of a POSIX system")
@@ -192,6 +193,7 @@ def test_automatic_epochs_and_stats_with_the_loading_process_and_its_handoff(
     assert stats.records == 3 * 64 and stats.bytes > 0  # the child's reads reach the main process
     text = str(stats)
     assert "read" in text and "handoff" in text and "loading process (pid" in text
+    assert "a loading process" in text.splitlines()[0] and "threads in the loading process" in text
     assert stats.stage_seconds["decode"] > 0 and stats.stage_seconds["handoff"] > 0
     _no_process_left()
 
@@ -281,8 +283,10 @@ def test_no_process_is_left_after_the_loop_breaks_or_ends(id_shards: Callable[..
     loop = iter(ds)
     next(loop)
     pid = _children()[0].pid
+    assert any(key[0] == pid for key in byte_ring._received)  # its ring, mapped here
     loop.close()  # type: ignore[attr-defined]
     assert not _children() and pid is not None and _gone(pid)
+    assert not any(key[0] == pid for key in byte_ring._received)  # and let go of
     assert len(list(ds)) == 50 and not _children()  # the epoch's end ends it too
 
 
@@ -313,3 +317,15 @@ def test_the_loading_process_ends_when_its_parent_is_killed(tmp_path: Path) -> N
     finally:
         parent.kill()
         parent.wait(30)
+
+
+def test_a_spawned_loading_process_gives_the_same_batches(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where fork is not used (macOS, Windows): the dataset is pickled into a spawned child.
+    paths = id_shards([30, 25])
+    expected = _ids(iter(tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2)))
+    monkeypatch.setattr(loading_process, "start_method", lambda: "spawn")
+    ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2, process=True)
+    assert _ids(iter(ds)) == expected
+    _no_process_left()

@@ -185,10 +185,13 @@ class LoadStats:
 
     def __str__(self) -> str:
         workers = [p for p in self.workers if p.name != "main"]
+        helpers = f"{len(workers)} workers"
+        if any(p.name == "loading process" for p in workers):
+            helpers = "a loading process" + (f", {len(workers) - 1} workers" if len(workers) > 1 else "")
         lines = [
             f"load stats: {self.seconds:.1f} s, {self.batches:,} batches, {self.records:,} records "
             f"({self.records_per_second:,.0f} records/s, {self.bytes_per_second / 1e6:,.1f} MB/s), "
-            f"{len(workers)} workers"
+            f"{helpers}"
         ]
         if self.wait_share is not None:
             percentiles = ", ".join(
@@ -325,11 +328,12 @@ def _advice(
         requests=f"{requests / max(1, batches):.1f} requests per batch",
     )
     if bottleneck not in ("none", "handoff"):
-        text += (
-            "; or spread it over more cores (threads=N on the dataset, or DataLoader(num_workers=N))"
-            if not working
-            else f"; or more workers than {working}, if cores are free"
-        )
+        if working and window[-1, LOOP_COUNT] + window[-1, FIRST_COUNT]:  # the loading process made them
+            text += "; or more threads in the loading process (threads=N), if cores are free"
+        elif working:
+            text += f"; or more workers than {working}, if cores are free"
+        else:
+            text += "; or spread it over more cores (threads=N on the dataset, or DataLoader(num_workers=N))"
     if share is None:
         text += " (the loop's wait was not measured: this is the costliest stage, not a measured wait)"
     return text + "."
