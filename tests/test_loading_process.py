@@ -14,6 +14,7 @@ import json
 import logging
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -329,4 +330,7 @@ def test_a_spawned_loading_process_gives_the_same_batches(
     monkeypatch.setattr(loading_process, "start_method", lambda: "spawn")
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2, process=True)
     assert _ids(iter(ds)) == expected
+    local = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, transform=lambda b: b, threads=2, process=True)
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError), match="pickle"):
+        next(iter(local))  # a transform a spawned process cannot import: said at the start
     _no_process_left()

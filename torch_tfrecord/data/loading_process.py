@@ -116,13 +116,19 @@ class LoadingProcess:
         context = multiprocessing.get_context(start_method())
         self._conn, theirs = context.Pipe(duplex=True)
         self._closed = False
-        self._process = context.Process(  # type: ignore[attr-defined]
+        process = context.Process(  # type: ignore[attr-defined]
             target=_child,
             args=(tasks, threads, prefetch, batched, telemetry, theirs, self._conn, os.getpid()),
             name=_NAME,
             daemon=True,
         )
-        self._process.start()
+        try:
+            process.start()  # (spawn: a dataset that does not pickle raises here)
+        except BaseException:
+            self._conn.close()
+            theirs.close()
+            raise
+        self._process = process
         theirs.close()  # (only the child holds its end: its death is the pipe's end here)
         self.pid: int = self._process.pid
         close_at_exit(self)
