@@ -354,23 +354,32 @@ def _timed(loads: Iterator[list[Any]], meter: Any) -> Iterator[list[Any]]:
 
 
 def _carried(error: BaseException) -> bytes:
-    """``error`` as the main process rebuilds it: its type, arguments and attributes, and the
-    child's traceback (a RuntimeError with its text when it does not pickle)."""
+    """``error`` as the main process rebuilds it: pickled as it is where that round-trips; else its
+    type, arguments and attributes (an ``__init__`` of keywords); else a RuntimeError of its text;
+    with the child's traceback as a note."""
     where = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     note = f"raised in the loading process (pid {os.getpid()}):\n{where}"
-    try:
-        data = pickle.dumps((type(error), error.args, dict(vars(error)), note))
-        pickle.loads(data)
-        return data
-    except Exception:  # an argument or attribute that does not pickle
-        return pickle.dumps((RuntimeError, (f"{type(error).__name__}: {error}",), {}, note))
+    error.__traceback__ = None  # (not pickled: frames)
+    for carried in (error, (type(error), error.args, dict(vars(error)))):
+        try:
+            data = pickle.dumps((carried, note))
+            pickle.loads(data)  # (an exception whose __init__ takes keywords fails here)
+            return data
+        except Exception:
+            continue
+    return pickle.dumps((RuntimeError(f"{type(error).__name__}: {error}"), note))
 
 
 def _rebuilt(payload: memoryview) -> BaseException:
-    kind, args, attributes, note = pickle.loads(payload)
-    error: BaseException = kind.__new__(kind)  # (not its __init__: its arguments may be keywords)
-    error.args = args
-    error.__dict__.update(attributes)
+    carried, note = pickle.loads(payload)
+    error: BaseException
+    if isinstance(carried, BaseException):
+        error = carried
+    else:
+        kind, args, attributes = carried
+        error = kind.__new__(kind)  # (not its __init__: its arguments are keywords)
+        error.args = args
+        error.__dict__.update(attributes)
     if hasattr(error, "add_note"):
         error.add_note(note)
     return error
