@@ -169,8 +169,8 @@ class LoadingProcess:
         conn = self._conn
         try:
             while not conn.poll(POLL_SECONDS):
-                if not self._process.is_alive():
-                    break
+                if not self._process.is_alive() and not conn.poll(0):  # (its end held open elsewhere)
+                    self._died()
             return conn.recv_bytes()
         except (EOFError, OSError):
             pass
@@ -179,7 +179,12 @@ class LoadingProcess:
     def _died(self) -> NoReturn:
         self._process.join(JOIN_SECONDS)
         code = self._process.exitcode
-        how = f"exit status {code}" if code is None or code >= 0 else f"{signal.Signals(-code).name}"
+        how = f"exit status {code}"
+        if code is not None and code < 0:
+            try:
+                how = signal.Signals(-code).name
+            except ValueError:  # (a real-time signal)
+                how = f"signal {-code}"
         self.close()
         raise LoadingProcessError(
             f"the loading process (pid {self.pid}) ended before its epoch did ({how}): killed, or out "
