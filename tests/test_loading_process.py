@@ -197,6 +197,13 @@ def test_automatic_epochs_and_stats_with_the_loading_process_and_its_handoff(
     assert "read" in text and "handoff" in text and "loading process (pid" in text
     assert "a loading process" in text.splitlines()[0] and "threads in the loading process" in text
     assert stats.stage_seconds["decode"] > 0 and stats.stage_seconds["handoff"] > 0
+    ds.set_epoch(8)
+    with ds.trace(paths[0].parent / "trace.json"):  # the child's spans in the trace, named
+        list(ds)
+    events = json.loads((paths[0].parent / "trace.json").read_text())["traceEvents"]
+    names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert names == {"main process", "loading process"}
+    assert {"read", "decode", "handoff"} <= {e["name"] for e in events}
     _no_process_left()
 
 

@@ -36,6 +36,7 @@ from ..support.stages import (
     WORKER_SPAN,
     bucket_bounds,
 )
+from .load_counters import PROCESS_SLOT
 
 __all__ = [
     "BOTTLENECKS",
@@ -98,7 +99,7 @@ class ProcessLoad:
     """One process's part in a window.
 
     Attributes:
-        name: ``"main"`` or ``"worker K"``.
+        name: ``"main"``, ``"worker K"`` or ``"loading process"``.
         pid: its process id.
         batches: batches it received (main) or made (a worker).
         records: records it read and decoded.
@@ -328,7 +329,12 @@ def _advice(
         requests=f"{requests / max(1, batches):.1f} requests per batch",
     )
     if bottleneck not in ("none", "handoff"):
-        if working and window[-1, LOOP_COUNT] + window[-1, FIRST_COUNT]:  # the loading process made them
+        made = (
+            window[PROCESS_SLOT, LOOP_COUNT] + window[PROCESS_SLOT, FIRST_COUNT]
+            if len(window) > PROCESS_SLOT
+            else 0
+        )
+        if working and made:  # the loading process made them
             text += "; or more threads in the loading process (threads=N), if cores are free"
         elif working:
             text += f"; or more workers than {working}, if cores are free"
@@ -345,12 +351,9 @@ def _processes(window: Int64s, pids: Int64s) -> tuple[ProcessLoad, ...]:
         batches = int(counts[LOOP_COUNT] + counts[FIRST_COUNT])
         if not batches and not counts[RECORDS] and row:
             continue
-        name = "main" if row == 0 else f"worker {row - 1}"
-        if row and row == len(window) - 1:
-            name = "loading process"  # (the last slot: see load_counters.PROCESS_SLOT)
         found.append(
             ProcessLoad(
-                name=name,
+                name=_process_name(row, "main"),
                 pid=int(pids[row]),
                 batches=batches,
                 records=int(counts[RECORDS]),
@@ -385,6 +388,13 @@ def _empty(advice: str, seconds: float = 0.0) -> LoadStats:
     )
 
 
+def _process_name(row: int, main: str) -> str:
+    """The name of the process whose counters are in ``row``."""
+    if row == 0:
+        return main
+    return "loading process" if row == PROCESS_SLOT else f"worker {row - 1}"
+
+
 def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> None:
     """Writes ``(row, pid, code, start_ns, end_ns)`` spans as Chrome trace JSON (``traceEvents``):
     a complete event per span (microseconds), and the names of the processes and threads."""
@@ -395,7 +405,7 @@ def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> N
         tid, kind = code >> 5, code & 31
         if (pid, -1) not in named:
             named.add((pid, -1))
-            name = "main process" if row == 0 else f"worker {row - 1}"
+            name = _process_name(row, "main process")
             events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
             events.append(
                 {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": row}}
