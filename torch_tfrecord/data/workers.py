@@ -69,8 +69,7 @@ def _watch(parent_pid: int, what: str) -> None:
     try:
         os.write(
             2,
-            f"torch_tfrecord: {what} {os.getpid()} ends: its main process {parent_pid} "
-            "is gone\n".encode(),
+            f"torch_tfrecord: {what} {os.getpid()} ends: its main process {parent_pid} is gone\n".encode(),
         )
     except OSError:  # nobody reads our stderr any more
         pass
