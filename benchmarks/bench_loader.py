@@ -7,7 +7,9 @@ through ``DataLoader(batch_size=None)``, construction included:
 
 - main process alone: ``threads=0`` (its prefetch thread, ``prefetch=2``), ``num_workers=0``;
 - ``DataLoader(num_workers=1)`` and ``(num_workers=2)``;
-- ``threads=1`` and ``threads=2``, ``num_workers=0``.
+- ``threads=1`` and ``threads=2``, ``num_workers=0``;
+- the loading process: ``threads=2, process=True``, ``num_workers=0`` (the same threads in one
+  child process, batches through its shared-memory ring: the trainer's process keeps its GIL).
 
 Each pass runs in a fresh process (one per mode and round, the modes' order turning round by
 round): wall seconds, the CPU seconds of the process and its workers, and the peak of their
@@ -19,7 +21,9 @@ says what share of the pass the trainer spent in its steps (1.00: loading hidden
 Medians over ``--repeats`` rounds after one warm-up round; ratios to the main process alone and
 to 2 workers, in the same run.
 
-    python benchmarks/bench_loader.py [--dir DIR] [--repeats 3] [--steps]
+    python benchmarks/bench_loader.py [--dir DIR] [--repeats 3] [--steps] [--shards 4]
+
+(``--shards 1``: the first of the 4 shards only, a quick check that every mode runs.)
 
 ``--per-batch`` prints instead the CPU and wall milliseconds per batch of ``threads=0, 1, 2`` in
 this one process, passes alternating (no process start-up, no workers): what the threads cost in
@@ -43,16 +47,17 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_dataset import BATCH, VS_TF_SPECS, count, make_vs_tf_data
 
-MODES = {  # name: (num_workers, threads)
-    "main process alone (threads=0)": (0, 0),
-    "DataLoader(num_workers=1)": (1, 0),
-    "DataLoader(num_workers=2)": (2, 0),
-    "threads=1": (0, 1),
-    "threads=2": (0, 2),
+MODES = {  # name: (num_workers, threads, process)
+    "main process alone (threads=0)": (0, 0, 0),
+    "DataLoader(num_workers=1)": (1, 0, 0),
+    "DataLoader(num_workers=2)": (2, 0, 0),
+    "threads=1": (0, 1, 0),
+    "threads=2": (0, 2, 0),
+    "threads=2, process=True": (0, 2, 1),
 }
 MAIN, TWO_WORKERS = "main process alone (threads=0)", "DataLoader(num_workers=2)"
 
-# One pass in a fresh process: argv = kind, paths (JSON), workers, threads, step ms.
+# One pass in a fresh process: argv = kind, paths (JSON), workers, threads, step ms, here, process.
 _PASS = """
 import json, os, resource, sys, threading, time
 import torch
@@ -95,7 +100,7 @@ sampler = threading.Thread(target=sample, daemon=True)
 sampler.start()
 start, cpu = time.perf_counter(), time.process_time()
 ds = tt.TFRecordDataset(paths, spec=VS_TF_SPECS[kind], batch_size=256, shuffle="global",
-                        drop_last=False, threads=int(threads))
+                        drop_last=False, threads=int(threads), process=sys.argv[7] == "1")
 n = 0
 for batch in DataLoader(ds, batch_size=None, num_workers=int(workers)):
     n += len(batch["label"])
@@ -112,10 +117,13 @@ print(json.dumps({"records": n, "seconds": seconds, "cpu": time.process_time() -
 """
 
 
-def one_pass(kind: str, paths: list[str], workers: int, threads: int, step_ms: float) -> dict[str, Any]:
+def one_pass(
+    kind: str, paths: list[str], workers: int, threads: int, process: int, step_ms: float
+) -> dict[str, Any]:
     here = os.path.dirname(os.path.abspath(__file__))
+    numbers = map(str, (workers, threads, step_ms))
     done = subprocess.run(
-        [sys.executable, "-c", _PASS, kind, json.dumps(paths), *map(str, (workers, threads, step_ms)), here],
+        [sys.executable, "-c", _PASS, kind, json.dumps(paths), *numbers, here, str(process)],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
@@ -157,6 +165,12 @@ def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]])
         if step_ms:  # the trainer's share of the pass in its steps
             line += f" {(m['records'] / BATCH) * step_ms / 1000 / m['seconds']:>10.2f}"
         print(line)
+    process = "threads=2, process=True"
+    print(
+        f"loading process: {rate[process] / rate['threads=2']:.2f}x threads=2 in the main process, "
+        f"{rate[process] / rate[TWO_WORKERS]:.2f}x 2 workers, RSS "
+        f"{medians[process]['rss_kb'] / two['rss_kb']:.2f}x 2 workers'"
+    )
     print(
         f"threads=2: {rate['threads=2'] / rate[MAIN]:.2f}x the main process alone (target 1.6), "
         f"{rate['threads=2'] / rate[TWO_WORKERS]:.2f}x 2 workers (target 1.5), RSS "
@@ -202,12 +216,13 @@ def main() -> None:
     parser.add_argument("--steps", action="store_true", help="also with a training step of X ms a batch")
     parser.add_argument("--kinds", default="35B,4KB", help="the data sets, of 35B and 4KB")
     parser.add_argument("--per-batch", action="store_true", help="CPU and wall per batch in one process")
+    parser.add_argument("--shards", type=int, default=4, help="read the first SHARDS of the 4 shards")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
     print(f"start: load average {_loadavg()}, {os.cpu_count()} cores")
     for kind in args.kinds.split(","):
-        paths = make_vs_tf_data(directory, kind)
+        paths = make_vs_tf_data(directory, kind)[: args.shards]
         if args.per_batch:
             per_batch(kind, paths, args.repeats)
             continue

@@ -38,8 +38,9 @@ SHARD_SIZES = (130, 70, 110, 93)  # 403 records, uneven
 MIX_WEIGHTS = {"a": 550, "b": 450}
 MIX_ITEM = 1_000_000  # a mix's item: source * MIX_ITEM + record id
 PACK_LENGTH = 16  # tokens per packed row; record r has 1 + r % 9 tokens, r * 100 + j
-# What make_dataset makes: "dataset", "mix", "pack", "select" or "threads" (the dataset with
-# threads=2: its loading threads in the main process, which workers ignore) (main's last argument).
+# What make_dataset makes: "dataset", "mix", "pack", "select", "threads" (the dataset with
+# threads=2: its loading threads in the main process, which workers ignore) or "process" (those
+# threads in one loading process: process=True, which workers ignore too) (main's last argument).
 KIND = {"kind": "dataset"}
 # How Lightning's DataLoader workers start. CPython before 3.11.8 can deadlock a forked child at its
 # start when another thread of the parent holds the interpreter's thread-state lock at the fork
@@ -85,7 +86,8 @@ def make_dataset(data: str, mode: str) -> tt.TFRecordDataset | tt.MixedDataset |
     select = f"{data}/selected.ttsel" if KIND["kind"] == "select" else None
     return tt.TFRecordDataset(
         f"{data}/*.tfrecord", spec=SPEC, shuffle="global", seed=3, drop_last=False, batch_size=batch_size,
-        select=select, threads=2 if KIND["kind"] == "threads" else 0,
+        select=select, threads=2 if KIND["kind"] in ("threads", "process") else 0,
+        process=KIND["kind"] == "process",
     )  # fmt: skip
 
 

@@ -89,7 +89,7 @@ def launch(framework: str, data: Path, out: Path, kind: str = "dataset") -> list
 def epoch_items(data: Path, kind: str, epoch: int) -> collections.Counter[int]:
     """The items an epoch must give, each as often as it must: every record once; for the mix,
     each source's next stretch of its stream (its passes through its own permutations)."""
-    if kind in ("dataset", "threads"):
+    if kind in ("dataset", "threads", "process"):
         return collections.Counter(range(RECORDS))
     if kind == "select":
         return collections.Counter(SELECTED)
@@ -144,6 +144,13 @@ def test_every_record_once_per_epoch_with_loading_threads_inside_the_framework(
     check_framework(framework, "threads", data, tmp_path)
 
 
+def test_every_record_once_per_epoch_with_a_loading_process_inside_the_framework(
+    data: Path, tmp_path: Path
+) -> None:
+    """The loader axis: the dataset with threads=2, process=True (num_workers=0; ignored by workers)."""
+    check_framework("plain", "process", data, tmp_path)
+
+
 def check_framework(framework: str, kind: str, data: Path, tmp_path: Path) -> None:
     """Each configuration of the framework's run: every item once per epoch, or the refusal expected."""
     ranks = launch(framework, data, tmp_path, kind)
@@ -176,6 +183,13 @@ def test_resume_mid_epoch_with_loading_threads_through_a_stateful_dataloader(
 ) -> None:
     """The loader axis: a state saved while the dataset's threads=2 ran ahead is where the loop was."""
     check_resume("stateful", "threads", data, tmp_path)
+
+
+def test_resume_mid_epoch_with_a_loading_process_through_a_stateful_dataloader(
+    data: Path, tmp_path: Path
+) -> None:
+    """The loader axis: a state saved while the loading process ran ahead is where the loop was."""
+    check_resume("stateful", "process", data, tmp_path)
 
 
 def check_resume(scenario: str, kind: str, data: Path, tmp_path: Path) -> None:

@@ -93,8 +93,9 @@ class BucketedDataset(GroupedDataset):
         pad_to_bucket_boundary: pad to the bucket's boundary - 1 instead of the batch's longest
             (the last bucket: its longest).
         pad_id: the padding value.
-        drop_last, rank, world_size, prefetch, threads: as for :class:`~torch_tfrecord.TFRecordDataset`
-            (the rank and world size are the dataset's when neither is given).
+        drop_last, rank, world_size, prefetch, threads, process: as for
+            :class:`~torch_tfrecord.TFRecordDataset` (the rank and world size are the dataset's
+            when neither is given).
         lengths_cache: as for :class:`~torch_tfrecord.PackedDataset`.
 
     Example:
@@ -120,6 +121,7 @@ class BucketedDataset(GroupedDataset):
         prefetch: int = DEFAULT_PREFETCH,
         lengths_cache: PathLike | None = None,
         threads: int = 0,
+        process: bool = False,
     ) -> None:
         self.options = BucketOptions(tuple(boundaries), tuple(batch_sizes))
         if isinstance(pad_id, bool) or not isinstance(pad_id, int):
@@ -129,7 +131,7 @@ class BucketedDataset(GroupedDataset):
         super().__init__(
             dataset, (keys,) if isinstance(keys, str) else keys, batch_size=1, drop_last=drop_last, rank=rank,
             world_size=world_size, prefetch=prefetch, loader_batch_size=None, lengths_cache=lengths_cache,
-            threads=threads,
+            threads=threads, process=process,
         )  # fmt: skip
 
     def _group(self, lengths: Int64Array) -> tuple[Groups, BucketedEpoch]:

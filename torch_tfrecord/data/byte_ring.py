@@ -38,7 +38,7 @@ from ..support import stages
 from ..support.extension import compiled
 from ..support.processes import pid_alive
 
-__all__ = ["MAX_SLOT", "SLOTS", "place_batch"]
+__all__ = ["MAX_SLOT", "SLOTS", "forget_rings", "place_batch"]
 
 SLOTS = 4
 """Slots per worker: more than the batches a DataLoader lets a worker send ahead (2 by default)."""
@@ -263,4 +263,11 @@ def _forget_older(key: tuple[int, int]) -> None:
     """Lets go of the rings this worker replaced, and of workers that ended."""
     for old in list(_received):
         if old[0] == key[0] or not pid_alive(old[0]):
+            del _received[old]
+
+
+def forget_rings(pid: int) -> None:
+    """Lets go of the rings of process ``pid`` (a loading process that ended)."""
+    for old in list(_received):
+        if old[0] == pid:
             del _received[old]

@@ -115,6 +115,11 @@ class TFRecordDataset(EpochDataset):
             from it (torch's global RNG, the training loop's too, is not seeded there); Python
             code holds the GIL on a regular CPython, so it gains where the transform's work is
             torch ops (which release it) or on a free-threaded CPython.
+        process: iterated in the main process, run that loading (``threads``, or the prefetch
+            thread) in one separate process, batches handed over through shared memory, so that
+            the training loop's process keeps its GIL and cores: the same batches, order and
+            :meth:`state_dict`; the transform still runs in the loop's thread unless
+            ``transform_threads``. See the performance guide.
         loader_batch_size: in sample mode, the ``batch_size`` of the DataLoader that will batch
             the samples, so that each worker reads whole loader batches and every rank gets the
             same number of them. Found from the loader itself when None, in a DataLoader as torch
@@ -155,6 +160,7 @@ class TFRecordDataset(EpochDataset):
         loader_batch_size: int | None = None,
         threads: int = 0,
         transform_threads: bool = False,
+        process: bool = False,
     ) -> None:
         files = record_files(sources, index, storage_options, on_error, cache_dir, cache_limit)
         self.files = selected_files(
@@ -178,6 +184,7 @@ class TFRecordDataset(EpochDataset):
             loader_batch_size=loader_batch_size,
             threads=threads,
             transform_threads=transform_threads,
+            process=process,
         )
         window = block_size(shuffle)
         if window is not None:

@@ -7,9 +7,9 @@ same for :class:`~torch_tfrecord.data.dataset.TFRecordDataset`, :class:`~torch_t
 and what is built on them: the plan's slice for this rank and worker, automatic epochs and
 ``set_epoch`` (:mod:`.epoch_counter`), the training frameworks' wrappers (:mod:`.frameworks`,
 :mod:`.wrapped`), the loader's guards (:mod:`.guards`), prefetch in the main process
-(:mod:`.prefetch`) or threads (:mod:`.threaded`), the worker hand-off (:mod:`.handoff`), ``state_dict`` /
-``load_state_dict``, also on another world size (:mod:`.resume`), and the load telemetry of
-``stats()`` (:mod:`.telemetry`).
+(:mod:`.prefetch`), threads (:mod:`.threaded`) or a loading process (:mod:`.loading_process`), the
+worker hand-off (:mod:`.handoff`), ``state_dict`` / ``load_state_dict``, also on another world
+size (:mod:`.resume`), and the load telemetry of ``stats()`` (:mod:`.telemetry`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,12 @@ from .internals import (
     warn_batch_size_unknown,
 )
 from .load_stats import LoadStats
+from .loading_process import check_process, load_ahead
 from .order import EpochPlan, Progress, WorkerSlice
 from .pipeline import PADDING_KEY
 from .resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from .telemetry import Telemetry, watch_starting_loader
-from .threaded import ahead, check_prefetch, check_threads
+from .threaded import check_prefetch, check_threads
 from .workers import end_with_parent
 from .wrapped import shard_runs, world_items, wrapped_len
 
@@ -93,6 +94,7 @@ class EpochDataset(IterableDataset[Any]):
             ``threads``, made or waiting ahead beyond one per thread.
         threads: threads of the main process making that many batches at once (0: none).
         transform_threads: :meth:`finish` runs on those threads too, not in the loop's thread.
+        process: the loading (threads or prefetch) runs in one child process (:mod:`.loading_process`).
         shuffled: the order differs between epochs (for the guard against a forgotten ``set_epoch``).
         loader_batch_size: in sample mode, the DataLoader's ``batch_size`` (found from the loader
             itself when None: see :mod:`.internals`).
@@ -102,12 +104,13 @@ class EpochDataset(IterableDataset[Any]):
 
     def __init__(
         self, plan: EpochPlan, *, prefetch: int, shuffled: bool, loader_batch_size: int | None = None,
-        threads: int = 0, transform_threads: bool = False,
+        threads: int = 0, transform_threads: bool = False, process: bool = False,
     ) -> None:  # fmt: skip
         self.plan = plan
         self.prefetch = check_prefetch(prefetch)
         self.threads = check_threads(threads, transform_threads)
         self.transform_threads = transform_threads
+        self.process = check_process(process)
         self.loader_batch_size = check_loader_batch_size(loader_batch_size, plan.batch_size)
         self._epoch = EpochCounter()
         self._dispatch = DispatchFlag()
@@ -259,8 +262,9 @@ class EpochDataset(IterableDataset[Any]):
         # In the main process: loaded ahead by threads (or one prefetch thread) while the loop trains.
         threads, prefetch = (self.threads, self.prefetch) if info is None else (0, 0)
         finished = threads > 0 and self.transform_threads  # the transform ran on the threads
-        tasks = self._loads(plan, workers, progress, skip, epoch, finished)
-        loads = ahead(tasks, threads, prefetch, self._telemetry)
+        tasks = functools.partial(self._loads, plan, workers, progress, skip, epoch, finished)
+        in_child = self.process and info is None  # the same tasks, run in one loading process
+        loads = load_ahead(tasks, threads, prefetch, self._telemetry, in_child, plan.batch_size is not None)
         pack = info is not None and plan.batch_size is not None
         meter = self._telemetry.meter(None if plan.batch_size else run)  # the loop's time in next()
         try:

@@ -63,7 +63,7 @@ class GroupedDataset(EpochDataset):
         dataset: a dataset of samples (:func:`~torch_tfrecord.data.sequences.sequences_of`).
         keys: the token keys.
         batch_size: groups per unit (None: one group per item, sample mode).
-        drop_last, rank, world_size, prefetch, loader_batch_size, threads: as for
+        drop_last, rank, world_size, prefetch, loader_batch_size, threads, process: as for
             :class:`~torch_tfrecord.data.dataset.TFRecordDataset`; the rank and world size are
             the dataset's when neither is given.
         lengths_cache: a directory that keeps the sequences' lengths tables (see
@@ -85,6 +85,7 @@ class GroupedDataset(EpochDataset):
         loader_batch_size: int | None,
         lengths_cache: PathLike | None,
         threads: int = 0,
+        process: bool = False,
     ) -> None:
         self.sequences: Sequences = sequences_of(dataset, keys, lengths_cache)
         self.keys = self.sequences.keys
@@ -101,7 +102,7 @@ class GroupedDataset(EpochDataset):
         )  # fmt: skip
         super().__init__(
             plan, prefetch=prefetch, shuffled=self.sequences.shuffled, loader_batch_size=loader_batch_size,
-            threads=threads,
+            threads=threads, process=process,
         )  # fmt: skip
 
     @property

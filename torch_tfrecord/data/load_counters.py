@@ -38,6 +38,7 @@ __all__ = [
     "FLUSHED",
     "HEAD",
     "PID",
+    "PROCESS_SLOT",
     "SIZE",
     "SLOTS",
     "SLOT_HEAD",
@@ -55,7 +56,10 @@ __all__ = [
 ]
 
 SLOTS = 65
-"""The main process and 64 workers; workers past them are not counted."""
+"""The main process, 63 workers and the loading process of ``process=True``; workers past them
+are not counted."""
+PROCESS_SLOT = SLOTS - 1
+"""The slot of the loading process (``process=True``)."""
 TRACE_SPANS = 1 << 16
 """Spans a process writes in one trace at most (1.5 MB); later ones are left out."""
 TRACING, TOKEN = 0, 1  # the header: a trace is recording (0 / 1), and its directory's number

@@ -39,6 +39,7 @@ from ..support.stages import (
     WORKER_SPAN,
     bucket_bounds,
 )
+from .load_counters import PROCESS_SLOT
 
 __all__ = [
     "BOTTLENECKS",
@@ -101,7 +102,7 @@ class ProcessLoad:
     """One process's part in a window.
 
     Attributes:
-        name: ``"main"`` or ``"worker K"``.
+        name: ``"main"``, ``"worker K"`` or ``"loading process"``.
         pid: its process id.
         batches: batches it received (main) or made (a worker).
         records: records it read and decoded.
@@ -195,10 +196,13 @@ class LoadStats:
 
     def __str__(self) -> str:
         workers = [p for p in self.workers if p.name != "main"]
+        helpers = f"{len(workers)} workers"
+        if any(p.name == "loading process" for p in workers):
+            helpers = "a loading process" + (f", {len(workers) - 1} workers" if len(workers) > 1 else "")
         lines = [
             f"load stats: {self.seconds:.1f} s, {self.batches:,} batches, {self.records:,} records "
             f"({self.records_per_second:,.0f} records/s, {self.bytes_per_second / 1e6:,.1f} MB/s), "
-            f"{len(workers)} workers"
+            f"{helpers}"
         ]
         if self.wait_share is not None:
             percentiles = ", ".join(
@@ -344,11 +348,17 @@ def _advice(
         requests=f"{requests / max(1, batches):.1f} requests per batch",
     )
     if bottleneck not in ("none", "handoff"):
-        text += (
-            "; or spread it over more cores (threads=N on the dataset, or DataLoader(num_workers=N))"
-            if not working
-            else f"; or more workers than {working}, if cores are free"
+        made = (
+            window[PROCESS_SLOT, LOOP_COUNT] + window[PROCESS_SLOT, FIRST_COUNT]
+            if len(window) > PROCESS_SLOT
+            else 0
         )
+        if working and made:  # the loading process made them
+            text += "; or more threads in the loading process (threads=N), if cores are free"
+        elif working:
+            text += f"; or more workers than {working}, if cores are free"
+        else:
+            text += "; or spread it over more cores (threads=N on the dataset, or DataLoader(num_workers=N))"
     if share is None:
         text += " (the loop's wait was not measured: this is the costliest stage, not a measured wait)"
     return text + "."
@@ -362,7 +372,7 @@ def _processes(window: Int64s, pids: Int64s) -> tuple[ProcessLoad, ...]:
             continue
         found.append(
             ProcessLoad(
-                name="main" if row == 0 else f"worker {row - 1}",
+                name=_process_name(row, "main"),
                 pid=int(pids[row]),
                 batches=batches,
                 records=int(counts[RECORDS]),
@@ -397,6 +407,13 @@ def _empty(advice: str, seconds: float = 0.0) -> LoadStats:
     )
 
 
+def _process_name(row: int, main: str) -> str:
+    """The name of the process whose counters are in ``row``."""
+    if row == 0:
+        return main
+    return "loading process" if row == PROCESS_SLOT else f"worker {row - 1}"
+
+
 def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> None:
     """Writes ``(row, pid, code, start_ns, end_ns)`` spans as Chrome trace JSON (``traceEvents``):
     a complete event per span (microseconds), and the names of the processes and threads."""
@@ -407,7 +424,7 @@ def write_chrome_trace(path: str | os.PathLike[str], spans: Sequence[Span]) -> N
         tid, kind = code >> 5, code & 31
         if (pid, -1) not in named:
             named.add((pid, -1))
-            name = "main process" if row == 0 else f"worker {row - 1}"
+            name = _process_name(row, "main process")
             events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
             events.append(
                 {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": row}}

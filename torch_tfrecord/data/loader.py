@@ -19,7 +19,9 @@ from .epoch import EpochDataset
 __all__ = ["loader"]
 
 
-def loader(dataset: EpochDataset, batch_size: int | None = None, **options: Any) -> DataLoader[Any]:
+def loader(
+    dataset: EpochDataset, batch_size: int | None = None, *, process: bool = False, **options: Any
+) -> DataLoader[Any]:
     """A ``torch.utils.data.DataLoader`` over ``dataset`` that keeps its promises without reading
     torch's internals.
 
@@ -28,12 +30,15 @@ def loader(dataset: EpochDataset, batch_size: int | None = None, **options: Any)
             another dataset of ours.
         batch_size: for a dataset of samples, the loader's batch size (given to the dataset as
             ``loader_batch_size``); for a dataset that makes batches, None (the default).
+        process: the dataset's loading (its ``threads``, or its prefetch thread) runs in one
+            process of its own (the dataset's ``process=True``); with ``num_workers=0`` only.
         **options: the rest of DataLoader's arguments (``num_workers``, ``persistent_workers``,
             ``pin_memory`` ...); ``collate_fn`` defaults to :func:`tt.collate` for samples.
 
     Raises:
         ValueError: a ``batch_size`` for a dataset that makes its own batches, none for one of
-            samples, or a ``loader_batch_size`` the dataset was given that differs.
+            samples, a ``loader_batch_size`` the dataset was given that differs, or ``process``
+            with workers.
 
     Example:
         >>> ds = tt.TFRecordDataset("train-*.tfrecord", spec={"label": "int"})  # doctest: +SKIP
@@ -41,6 +46,12 @@ def loader(dataset: EpochDataset, batch_size: int | None = None, **options: Any)
     """
     if not isinstance(dataset, EpochDataset):
         raise TypeError(f"tt.loader takes a dataset of torch_tfrecord, not a {type(dataset).__name__}")
+    if process:
+        if options.get("num_workers"):
+            raise ValueError(
+                "process=True loads in one process of its own, in place of workers: give num_workers=0"
+            )
+        dataset.process = True
     if dataset.plan.batch_size is not None:
         if batch_size is not None:
             raise ValueError(

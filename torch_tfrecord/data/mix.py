@@ -68,8 +68,8 @@ class MixedDataset(EpochDataset):
         samples_per_epoch: places per epoch over all ranks.
         batch_size, drop_last, rank, world_size, prefetch, loader_batch_size: as for
             :class:`TFRecordDataset`.
-        threads, transform_threads: as for :class:`TFRecordDataset` (the sources' own ``threads``
-            are not used: the mix's threads make its batches).
+        threads, transform_threads, process: as for :class:`TFRecordDataset` (the sources' own
+            ``threads`` and ``process`` are not used: the mix's threads make its batches).
     """
 
     def __init__(
@@ -86,6 +86,7 @@ class MixedDataset(EpochDataset):
         loader_batch_size: int | None = None,
         threads: int = 0,
         transform_threads: bool = False,
+        process: bool = False,
     ) -> None:
         if not sources:
             raise ValueError("a mix needs at least one source")
@@ -118,7 +119,7 @@ class MixedDataset(EpochDataset):
         shuffled = any(source.plan.shuffle is not False for source in self.sources)
         super().__init__(
             plan, prefetch=prefetch, shuffled=shuffled, loader_batch_size=loader_batch_size, threads=threads,
-            transform_threads=transform_threads,
+            transform_threads=transform_threads, process=process,
         )  # fmt: skip
         self._schedule = MixSchedule(self.counts, (0,) * len(self.counts))
         self._saved: MixSchedule | None = None  # the schedule of a loaded epoch, if another

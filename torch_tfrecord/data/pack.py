@@ -119,8 +119,8 @@ class PackedDataset(GroupedDataset):
         drop_last: True leaves out the last rows, fewer than one global batch (their sequences
             counted); False (the default) pads the ranks with empty rows marked ``"_padding"``.
         rank, world_size: the split (default: the dataset's).
-        prefetch, loader_batch_size, threads: as for :class:`~torch_tfrecord.TFRecordDataset` (the
-            dataset's own ``threads`` are not used: the packing's make its batches).
+        prefetch, loader_batch_size, threads, process: as for :class:`~torch_tfrecord.TFRecordDataset`
+            (the dataset's own ``threads`` are not used: the packing's make its batches).
         lengths_cache: a directory that keeps the lengths table (one small file per data and
             keys, written atomically): the first dataset built reads the records' lengths and
             saves them there, every later one (other ranks, later jobs) loads them. None: each
@@ -160,6 +160,7 @@ class PackedDataset(GroupedDataset):
         loader_batch_size: int | None = None,
         lengths_cache: PathLike | None = None,
         threads: int = 0,
+        process: bool = False,
     ) -> None:
         keys = (keys,) if isinstance(keys, str) else tuple(keys)
         if isinstance(length, Mapping):
@@ -178,7 +179,7 @@ class PackedDataset(GroupedDataset):
         super().__init__(
             dataset, keys, batch_size=batch_size, drop_last=drop_last, rank=rank, world_size=world_size,
             prefetch=prefetch, loader_batch_size=loader_batch_size, lengths_cache=lengths_cache,
-            threads=threads,
+            threads=threads, process=process,
         )  # fmt: skip
 
     def _check_sequences(self) -> None:

@@ -40,6 +40,7 @@ from ..support.stages import FIELDS, current, swap
 from .internals import loader_starting, time_batches
 from .load_counters import (
     PID,
+    PROCESS_SLOT,
     SIZE,
     SLOT_HEAD,
     SLOTS,
@@ -90,7 +91,7 @@ class Telemetry:
         self._setup()
 
     def local(self) -> ProcessCounters | None:
-        """This process's side (None: telemetry is off, or a worker past :data:`SLOTS`)."""
+        """This process's side (None: telemetry is off, or a worker past the slots)."""
         process = self._process
         if process is not None and process.pid == os.getpid():
             return process
@@ -98,10 +99,15 @@ class Telemetry:
             return None
         info = get_worker_info()
         slot = 0 if info is None else 1 + info.id
-        if slot >= SLOTS:
+        if slot >= PROCESS_SLOT:
             return None
         self._process = process = ProcessCounters(self.shared.numpy(), slot)
         return process
+
+    def as_loading_process(self) -> None:
+        """This process is the loading process of ``process=True``: it counts in its own slot."""
+        if self.shared is not None:
+            self._process = ProcessCounters(self.shared.numpy(), PROCESS_SLOT)
 
     def meter(self, per: int | None) -> BatchMeter | NoMeter:
         """The loop's meter for a pass in this thread (``per``: samples a loader's batch)."""

@@ -33,7 +33,7 @@ import time
 import numpy.random  # noqa: F401
 from torch.utils.data import get_worker_info
 
-__all__ = ["end_with_parent"]
+__all__ = ["end_with_parent", "watch_parent"]
 
 POLL_SECONDS = 0.25  # how soon an orphaned worker ends
 
@@ -50,12 +50,18 @@ def end_with_parent() -> None:
     if parent is None or parent.pid is None:
         return
     _watching = os.getpid()
+    watch_parent(parent.pid, "DataLoader worker")
+
+
+def watch_parent(parent_pid: int, what: str) -> None:
+    """Starts the thread that ends this process (``what``, for the message) when ``parent_pid``
+    is gone or this process is reparented (the loading process of ``process=True`` uses it too)."""
     threading.Thread(
-        target=_watch, args=(parent.pid,), name="torch_tfrecord-parent-watch", daemon=True
+        target=_watch, args=(parent_pid, what), name="torch_tfrecord-parent-watch", daemon=True
     ).start()
 
 
-def _watch(parent_pid: int) -> None:
+def _watch(parent_pid: int, what: str) -> None:
     # The process that forked this one: the main process, or with "forkserver" the fork server.
     forked_by = os.getppid()
     while os.getppid() == forked_by and _exists(parent_pid):
@@ -63,8 +69,7 @@ def _watch(parent_pid: int) -> None:
     try:
         os.write(
             2,
-            f"torch_tfrecord: DataLoader worker {os.getpid()} ends: its main process {parent_pid} "
-            "is gone\n".encode(),
+            f"torch_tfrecord: {what} {os.getpid()} ends: its main process {parent_pid} is gone\n".encode(),
         )
     except OSError:  # nobody reads our stderr any more
         pass
