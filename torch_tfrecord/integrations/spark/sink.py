@@ -34,7 +34,7 @@ from ...records.io import exists, is_url, join, local_path
 from ...records.manifest import manifest_for, read_manifest, write_manifest
 from ...records.writer import RecordWriter, WriteCompression, move_written
 from ._partitions import partition_folder
-from ._types import encode_batch, spec_for_schema
+from ._types import COLUMNS_KEY, encode_batch, spec_for_schema
 from .options import parse_spec_option, storage_options_of
 
 __all__ = ["Piece", "PieceList", "TFRecordWriter", "WriteOptions"]
@@ -244,13 +244,15 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 shard_paths.append(target)
                 sizes.append(piece.framed_sizes)
         with_index = options.compression is None
+        saved = json.loads(encode_spec_json(options.spec))
+        saved[COLUMNS_KEY] = list(options.spec)  # (the manifest sorts the spec's keys; a list keeps order)
         write_manifest(
             self.manifest,
             shard_paths,
             [index_from_sizes(list(s)) for s in sizes],
             options.storage_options,
             index_paths=[default_index_path(p) if with_index else None for p in shard_paths],
-            spec=json.loads(encode_spec_json(options.spec)),
+            spec=saved,
             compression=options.compression,
         )
         for path in sorted(set(old) - set(shard_paths)):  # mode("overwrite"): the dataset replaced

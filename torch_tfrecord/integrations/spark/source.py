@@ -27,7 +27,7 @@ from ...errors import SpecError
 from ...records.reader import read_records
 from ..ranges import DecodeOptions, ReadPlan, RecordRange, plan_read, read_range
 from ._partitions import below_folders, partitioning
-from ._types import decoding_spec, schema_for, spec_for_schema, to_batch
+from ._types import decoding_spec, in_saved_order, schema_for, spec_for_schema, to_batch
 from .options import flag, parse_spec_option, positive, sources_of, storage_options_of
 
 __all__ = ["ReadOptions", "TFRecordDataSource"]
@@ -136,7 +136,7 @@ class _Resolved:
         if saved is not None:
             parsed = decode_spec_json(json.dumps(saved), f"the spec of {self.plan.manifest.location!r}")  # type: ignore[union-attr]
             if parsed is not None and "spec" in parsed:
-                self.spec = _checked(parsed["spec"])
+                self.spec = in_saved_order(_checked(parsed["spec"]), saved)
             elif parsed is not None:
                 self.payload = payload_for(None, parsed["context_spec"], parsed["sequence_spec"])
         data = None if schema is None else [n for n in schema.names if n not in self.partitioning.names]
@@ -183,7 +183,8 @@ class TFRecordDataSource(DataSource):
     manifest's saved spec, else the schema given with ``.schema()``, else inferred from the first
     ``infer_records`` records), ``record_type`` (``example``, ``sequence_example``, ``raw``),
     ``on_error`` (``raise`` / ``skip``), ``verify_crc``, ``max_partition_bytes`` (default 128 MiB),
-    ``storage_options`` (JSON). Write options: see
+    ``storage_options`` (JSON). ``key=value`` folders below the folder or manifest named are
+    columns, last, typed as Spark types Parquet's. Write options: see
     :class:`~torch_tfrecord.integrations.spark.sink.WriteOptions`.
     """
 
