@@ -12,7 +12,8 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord.integrations.ranges import DecodeOptions, ReadPlan, plan_read, plan_runs, read_range
-from torch_tfrecord.records.manifest import read_manifest
+from torch_tfrecord.records.index import index_from_sizes
+from torch_tfrecord.records.manifest import read_manifest, write_manifest
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": tt.VarLen(torch.float32)}
 
@@ -96,3 +97,25 @@ def test_a_damaged_record_is_raised_naming_it_or_skipped_and_counted(tmp_path: P
                 keep = decoded.keep if decoded.keep is not None else [True] * decoded.num_rows
                 ids.extend(i for i, kept in zip(decoded.columns["id"].tolist(), keep, strict=True) if kept)
     assert skipped == 1 and ids == [i for i in range(100) if i != 9]
+
+
+def test_a_manifest_above_the_shards_of_the_folder_named_plans_the_read(tmp_path: Path) -> None:
+    # A partitioned write's layout: shards in key=value folders, one manifest above them.
+    shards, tables = [], []
+    for folder in ("k=0", "k=1"):
+        (tmp_path / folder).mkdir()
+        path = tmp_path / folder / "part-0.tfrecord"
+        with tt.RecordWriter(path) as writer:
+            for i in range(3):
+                writer.write(tt.encode_example({"id": i, "x": [0.5]}))
+        shards.append(str(path))
+        tables.append(index_from_sizes(writer.framed_sizes))
+    write_manifest(str(tmp_path / "part.manifest.json"), shards, tables)
+    plan = plan_read(str(tmp_path))
+    assert plan.manifest is not None and plan.manifest.location == str(tmp_path / "part.manifest.json")
+    assert sorted(plan.paths) == shards and _ids(plan, 1 << 20) == [0, 1, 2, 0, 1, 2]
+    # A folder below it: its own shards, listed (that manifest lists others too).
+    assert plan_read(str(tmp_path / "k=1")).manifest is None
+    # One that lists other shards than the folder holds is not taken.
+    write_manifest(str(tmp_path / "part.manifest.json"), shards[:1], tables[:1])
+    assert plan_read(str(tmp_path)).manifest is None

@@ -106,7 +106,8 @@ def test_write_then_read_gives_the_frame_back_and_the_manifest_its_shards(
     assert sum(shard["records"] for shard in manifest["shards"]) == N
 
     back = spark.read.format("tfrecord").load(str(out / "part.manifest.json"))
-    assert dict(back.dtypes) == dict(frame.dtypes)  # every type comes back (columns by name)
+    assert back.dtypes == frame.dtypes  # every type comes back, the columns in their order
+    assert manifest["spec"]["columns"] == frame.columns
     got = {row.id: row.asDict() for row in back.collect()}
     want = {row.id: _expected_row(row) for row in frame.collect()}
     assert got == want
@@ -154,6 +155,116 @@ def test_partition_by_makes_folders_listed_by_one_manifest(spark: SparkSession, 
         assert sorted(int(sample["id"]) for sample in folder) == [i for i in range(N) if i % 3 == label]
     whole = read_tfrecords(spark, str(out / "part.manifest.json"))
     assert sorted(row.id for row in whole.collect()) == list(range(N))
+
+
+def _countries(spark: SparkSession) -> Any:
+    return spark.range(N, numPartitions=2).selectExpr(
+        "id",
+        "element_at(array('DE', 'FR', 'PL', null), cast(id % 4 as int) + 1) as country",
+        "array(cast(id as float), 0.5f) as x",
+        "id % 3 as k",
+        "if(id % 7 = 3, null, concat('s', id)) as s",
+    )
+
+
+def test_a_partitioned_write_reads_back_with_its_folder_columns_as_parquet_does(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    frame = _countries(spark)
+    frame.write.partitionBy("country", "k").parquet(str(tmp_path / "parquet"))
+    parquet = spark.read.parquet(str(tmp_path / "parquet"))
+    out = tmp_path / "parted"
+    writer = frame.write.format("tfrecord").mode("append").option("partition_by", "country,k")
+    writer.save(str(out))
+    assert (out / "country=__HIVE_DEFAULT_PARTITION__" / "k=2").is_dir()  # (a null's folder)
+
+    back = spark.read.format("tfrecord").load(str(out))
+    # The folders are columns again, last, typed as Spark's Parquet types them (k: a long written,
+    # an int read, as there), the others in their order; the rows are the original's.
+    assert (
+        back.dtypes
+        == parquet.dtypes
+        == [
+            ("id", "bigint"),
+            ("x", "array<float>"),
+            ("s", "string"),
+            ("country", "string"),
+            ("k", "int"),
+        ]
+    )
+
+    def rows(df: Any) -> list[tuple[Any, ...]]:
+        return sorted((tuple(row) for row in df.collect()), key=lambda row: row[0])
+
+    assert rows(back) == rows(parquet) == rows(frame.select(*parquet.columns))
+    assert back.filter("country is null").count() == N // 4
+    # Naming the manifest, or reading through write_tfrecords' folder: the same.
+    assert rows(read_tfrecords(spark, out / "part.manifest.json")) == rows(back)
+    # Without the manifest, from the folder's listing: the same columns (the records' types
+    # inferred from them: a string is bytes there), the folders' the same.
+    (out / "part.manifest.json").rename(tmp_path / "moved.manifest.json")
+    listed = spark.read.format("tfrecord").load(str(out))
+    assert sorted(listed.columns[:3]) == sorted(back.columns[:3]) and listed.dtypes[3:] == back.dtypes[3:]
+    assert sorted(tuple(row) for row in listed.select("id", "country", "k").collect()) == sorted(
+        tuple(row) for row in frame.select("id", "country", "k").collect()
+    )
+    # One folder named: its rows, without its column (as Spark reads a Parquet folder of one value).
+    one = spark.read.format("tfrecord").load(str(out / "country=FR"))
+    assert sorted(one.columns[:3]) == ["id", "s", "x"] and one.dtypes[3] == ("k", "int")
+    assert sorted(row.id for row in one.collect()) == [i for i in range(N) if i % 4 == 1]
+    # A schema given: its types, the folder's values cast to them.
+    given = spark.read.format("tfrecord").schema("id long, country string, k string").load(str(out))
+    assert sorted(tuple(row) for row in given.filter("country = 'DE'").collect()) == [
+        (i, "DE", str(i % 3)) for i in range(0, N, 4)
+    ]
+
+
+def test_tfrecorddataset_on_a_partitioned_write_reads_every_folder_without_its_columns(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    out = tmp_path / "parted"
+    write_tfrecords(_countries(spark), out, partition_by=["country"])
+    spec = {"id": tt.FixedLen((), torch.int64), "x": tt.FixedLen((2,), torch.float32)}
+    # The folder: every folder's shards, found by listing it (the datasets look for a manifest
+    # beside the shards, and this one is above them: each shard's .idx is read instead).
+    listed = tt.TFRecordDataset(str(out), spec=spec)
+    assert listed.files.saved_spec is None
+    # The manifest named: the same shards from it, with its saved spec.
+    named = tt.TFRecordDataset(str(out / "part.manifest.json"), spec=spec)
+    assert named.files.saved_spec == _manifest(out)["spec"]
+    for dataset in (listed, named):
+        samples = list(dataset)
+        assert sorted(int(sample["id"]) for sample in samples) == list(range(N))
+        assert "country" not in samples[0]  # (the folder's column is in no record)
+    folder = tt.TFRecordDataset(str(out / "country=PL"), spec={"id": "int"})
+    assert sorted(int(sample["id"]) for sample in folder) == [i for i in range(N) if i % 4 == 2]
+
+
+def _folders_schema(root: Path, folders: list[str]) -> Any:
+    for number, folder in enumerate(folders):
+        (root / folder).mkdir(parents=True)
+        with tt.RecordWriter(root / folder / f"part-{number}.tfrecord") as writer:
+            writer.write(tt.encode_example({"id": number}))
+    source = TFRecordDataSource(
+        {"path": str(root), "spec": encode_spec_json({"id": tt.FixedLen((), torch.int64)})}
+    )
+    return source.schema()
+
+
+def test_partition_folders_are_typed_as_spark_types_parquets(tmp_path: Path) -> None:
+    def types(name: str, folders: list[str]) -> list[tuple[str, str]]:
+        schema = _folders_schema(tmp_path / name, folders)
+        return [(field.name, field.dataType.simpleString()) for field in schema.fields]
+
+    assert types("ints", ["n=1", "n=-20", "n=__HIVE_DEFAULT_PARTITION__"]) == [("id", "bigint"), ("n", "int")]
+    assert types("longs", ["n=1", "n=3000000000"]) == [("id", "bigint"), ("n", "bigint")]
+    assert types("doubles", ["n=1", "n=0.5", "n=2e3"]) == [("id", "bigint"), ("n", "double")]
+    assert types("strings", ["n=1", "n=DE", "n=true"]) == [("id", "bigint"), ("n", "string")]
+    assert types("nested", ["a=x/b=1", "a=y/b=2"]) == [("id", "bigint"), ("a", "string"), ("b", "int")]
+    assert types("escaped", ["a%3Db=x%2Fy"]) == [("id", "bigint"), ("a=b", "string")]
+    assert types("plain", ["2024/v1"]) == [("id", "bigint")]  # (no key=value folder: no column)
+    with pytest.raises(tt.TFRecordError, match="partition folders disagree: .*n=1.* in none"):
+        _folders_schema(tmp_path / "mixed", ["n=1", "other"])
 
 
 def test_gzip_shards_and_their_manifest(spark: SparkSession, tmp_path: Path) -> None:

@@ -10,9 +10,11 @@ no index, or a compressed one, is one range, read front to back.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import itertools
 import logging
 import math
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
@@ -27,10 +29,19 @@ from ..codec.spec import FeatureSpec
 from ..data.manifest_files import find_manifest
 from ..data.pipeline import BatchDecoder
 from ..data.shards import RecordFiles
-from ..errors import ExampleDecodeError, FeatureError, TFRecordError
+from ..errors import ExampleDecodeError, FeatureError, IndexFormatError, TFRecordError
 from ..records.index import default_index_path, load_index
-from ..records.io import PathLike, StorageOptions, exists, list_sources, resolve_compression
-from ..records.manifest import Manifest, read_manifest, read_tables
+from ..records.io import (
+    PathLike,
+    SourceListing,
+    StorageOptions,
+    exists,
+    is_url,
+    list_sources,
+    local_path,
+    resolve_compression,
+)
+from ..records.manifest import MANIFEST_SUFFIX, Manifest, read_manifest, read_tables
 from ..records.reader import OnError, read_records
 
 __all__ = [
@@ -167,7 +178,7 @@ def plan_read(sources: PathLike | Sequence[PathLike], storage_options: StorageOp
     items = [sources] if isinstance(sources, str) or not isinstance(sources, Sequence) else list(sources)
     named = [str(item) for item in items]
     listing = None if any(name.endswith(".manifest.json") for name in named) else list_sources(named, options)
-    manifest = find_manifest(named, listing, options)
+    manifest = find_manifest(named, listing, options) or _manifest_of_folder(named, listing, options)
     if manifest is not None:
         paths = manifest.shard_paths()
         loaded = read_tables(manifest, options)
@@ -199,6 +210,27 @@ def plan_read(sources: PathLike | Sequence[PathLike], storage_options: StorageOp
         [table is not None for table in tables],
         None,
     )
+
+
+def _manifest_of_folder(
+    named: list[str], listing: SourceListing | None, storage_options: StorageOptions
+) -> Manifest | None:
+    """The manifest in the one local folder named that lists exactly the shards found below it: a
+    partitioned write's, whose shards are in ``key=value/`` folders beneath it (the datasets look
+    for a manifest beside the shards only)."""
+    if listing is None or len(named) != 1 or is_url(named[0]) or not os.path.isdir(local_path(named[0])):
+        return None
+    folder = local_path(named[0])
+    for candidate in sorted(glob.glob(os.path.join(glob.escape(folder), "*" + MANIFEST_SUFFIX))):
+        try:
+            manifest = read_manifest(candidate, storage_options)
+        except (OSError, IndexFormatError) as error:
+            logger.info("%r is not used: %s", candidate, error)
+            continue
+        if sorted(manifest.shard_paths()) == listing.paths:
+            logger.info("read the shards' sizes and counts from %r", candidate)
+            return manifest
+    return None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,7 +9,8 @@ Writing: each Spark type has its Feature list (integers and booleans int64_list,
 float_list, strings and binary bytes_list; arrays of them the same, flattened); a null leaves the
 feature out of the record. The spec that reads the rows back as they were is kept in the manifest:
 scalars FixedLen (of the column's dtype: a DoubleType comes back a double, with a float32's
-precision, which is what a float_list holds), arrays VarLen (a null array reads back empty).
+precision, which is what a float_list holds), arrays VarLen (a null array reads back empty), with
+the columns' order beside it (``"columns"``), so a read gives them in the DataFrame's order.
 """
 
 from __future__ import annotations
@@ -31,7 +32,19 @@ from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen
 from ...errors import FeatureError, SpecError
 
-__all__ = ["decoding_spec", "encode_batch", "schema_for", "spec_for_schema", "to_batch"]
+__all__ = [
+    "COLUMNS_KEY",
+    "decoding_spec",
+    "encode_batch",
+    "in_saved_order",
+    "schema_for",
+    "spec_for_schema",
+    "to_batch",
+]
+
+COLUMNS_KEY = "columns"
+"""Beside the spec a write saves in the manifest: the DataFrame's column order (the manifest's JSON
+sorts an object's keys, so the spec's own order is lost there)."""
 
 _SPARK_OF: dict[Any, st.DataType] = {
     torch.int64: st.LongType(),
@@ -226,6 +239,14 @@ def spec_for_schema(schema: st.StructType, columns: list[str] | None = None) -> 
             )
         spec[field.name] = VarLen(dtype) if is_array else FixedLen((), dtype)
     return spec
+
+
+def in_saved_order(spec: dict[str, FeatureSpec], saved: Mapping[str, Any]) -> dict[str, FeatureSpec]:
+    """``spec`` (from a manifest's saved spec) in the column order the write kept beside it, if any."""
+    order = saved.get(COLUMNS_KEY)
+    if not isinstance(order, list) or sorted(map(str, order)) != sorted(spec):
+        return spec
+    return {key: spec[key] for key in order}
 
 
 def encode_batch(batch: pa.RecordBatch) -> list[bytes]:

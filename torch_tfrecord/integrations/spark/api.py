@@ -46,7 +46,10 @@ def read_tfrecords(
 
     One row per record. Partitions are record ranges of about ``max_partition_bytes``, planned from
     the dataset's manifest or the shards' indexes (a file with neither, or compressed, is one
-    partition, read front to back).
+    partition, read front to back). Shards in Hive-style folders below the folder or manifest
+    named (``country=DE/``, as ``partition_by`` writes them) have each folder level as a column,
+    after the records' (typed as Spark types Parquet's: integers ``int``, numbers ``double``, else
+    ``string``).
 
     Args:
         spark: the session (the format is registered with it).

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import secrets
-import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +33,8 @@ from ...records.index import default_index_path, index_from_sizes
 from ...records.io import exists, is_url, join, local_path
 from ...records.manifest import manifest_for, read_manifest, write_manifest
 from ...records.writer import RecordWriter, WriteCompression, move_written
-from ._types import encode_batch, spec_for_schema
+from ._partitions import partition_folder
+from ._types import COLUMNS_KEY, encode_batch, spec_for_schema
 from .options import parse_spec_option, storage_options_of
 
 __all__ = ["Piece", "PieceList", "TFRecordWriter", "WriteOptions"]
@@ -43,7 +43,6 @@ logger = logging.getLogger(__name__)
 
 _WRITE_KEYS = {"path", "prefix", "compression", "max_records_per_shard", "partition_by", "spec"}
 _WRITE_KEYS |= {"storage_options"}
-_NULL_FOLDER = "__HIVE_DEFAULT_PARTITION__"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,14 +135,6 @@ class PieceList(WriterCommitMessage):  # type: ignore[misc]
     pieces: list[Piece]
 
 
-def _folder_name(value: Any) -> str:
-    if value is None:
-        return _NULL_FOLDER
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return urllib.parse.quote(str(value), safe=" ")
-
-
 class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
     """Writes each task's rows (see the module's description)."""
 
@@ -209,11 +200,7 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
         for row, key in enumerate(keys):
             rows.setdefault(key, []).append(row)
         for key, indices in rows.items():
-            folder = "/".join(
-                f"{name}={_folder_name(value)}"
-                for name, value in zip(self.options.partition_by, key, strict=True)
-            )
-            yield folder, data.take(pa.array(indices))
+            yield partition_folder(self.options.partition_by, key), data.take(pa.array(indices))
 
     def _open(self, folder: str, partition: int, attempt: int, number: int) -> RecordWriter:
         path = self._hidden(folder, partition, attempt, number)
@@ -257,13 +244,15 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
                 shard_paths.append(target)
                 sizes.append(piece.framed_sizes)
         with_index = options.compression is None
+        saved = json.loads(encode_spec_json(options.spec))
+        saved[COLUMNS_KEY] = list(options.spec)  # (the manifest sorts the spec's keys; a list keeps order)
         write_manifest(
             self.manifest,
             shard_paths,
             [index_from_sizes(list(s)) for s in sizes],
             options.storage_options,
             index_paths=[default_index_path(p) if with_index else None for p in shard_paths],
-            spec=json.loads(encode_spec_json(options.spec)),
+            spec=saved,
             compression=options.compression,
         )
         for path in sorted(set(old) - set(shard_paths)):  # mode("overwrite"): the dataset replaced

@@ -26,7 +26,8 @@ from ...codec.spec_file import decode_spec_json
 from ...errors import SpecError
 from ...records.reader import read_records
 from ..ranges import DecodeOptions, ReadPlan, RecordRange, plan_read, read_range
-from ._types import decoding_spec, schema_for, spec_for_schema, to_batch
+from ._partitions import below_folders, partitioning
+from ._types import decoding_spec, in_saved_order, schema_for, spec_for_schema, to_batch
 from .options import flag, parse_spec_option, positive, sources_of, storage_options_of
 
 __all__ = ["ReadOptions", "TFRecordDataSource"]
@@ -123,20 +124,26 @@ class _Resolved:
     def __init__(self, options: ReadOptions, schema: StructType | None = None) -> None:
         self.options = options
         self.plan: ReadPlan = plan_read(options.sources, options.storage_options)
+        self.partitioning = partitioning(self.plan.paths, below_folders(self.plan, options.sources))
         self.spec, self.payload = options.spec, options.payload
-        if self.spec is not None or self.payload is not None:
-            return
+        if self.spec is None and self.payload is None:
+            self._find_spec(schema)
+        if self.spec is not None:  # (a column both in the records and a folder is the folder's, as in Spark)
+            self.spec = {key: spec for key, spec in self.spec.items() if key not in self.partitioning.names}
+
+    def _find_spec(self, schema: StructType | None) -> None:
         saved = self.plan.saved_spec
         if saved is not None:
             parsed = decode_spec_json(json.dumps(saved), f"the spec of {self.plan.manifest.location!r}")  # type: ignore[union-attr]
             if parsed is not None and "spec" in parsed:
-                self.spec = _checked(parsed["spec"])
+                self.spec = in_saved_order(_checked(parsed["spec"]), saved)
             elif parsed is not None:
                 self.payload = payload_for(None, parsed["context_spec"], parsed["sequence_spec"])
-        if self.spec is not None and schema is not None and set(schema.names) <= set(self.spec):
-            self.spec = {key: self.spec[key] for key in schema.names}
+        data = None if schema is None else [n for n in schema.names if n not in self.partitioning.names]
+        if self.spec is not None and data is not None and set(data) <= set(self.spec):
+            self.spec = {key: self.spec[key] for key in data}
         elif schema is not None and self.payload is None:
-            self.spec = spec_for_schema(schema)
+            self.spec = spec_for_schema(schema, data)
         elif self.spec is None and self.payload is None:
             self._infer()
 
@@ -164,7 +171,8 @@ class _Resolved:
             self.spec = _checked(_for_spark(inferred))
 
     def schema(self) -> StructType:
-        return schema_for(self.spec, self.payload)
+        """The records' columns, then the partition folders' (as Spark's Parquet orders them)."""
+        return StructType([*schema_for(self.spec, self.payload).fields, *self.partitioning.fields])
 
 
 class TFRecordDataSource(DataSource):
@@ -175,7 +183,8 @@ class TFRecordDataSource(DataSource):
     manifest's saved spec, else the schema given with ``.schema()``, else inferred from the first
     ``infer_records`` records), ``record_type`` (``example``, ``sequence_example``, ``raw``),
     ``on_error`` (``raise`` / ``skip``), ``verify_crc``, ``max_partition_bytes`` (default 128 MiB),
-    ``storage_options`` (JSON). Write options: see
+    ``storage_options`` (JSON). ``key=value`` folders below the folder or manifest named are
+    columns, last, typed as Spark types Parquet's. Write options: see
     :class:`~torch_tfrecord.integrations.spark.sink.WriteOptions`.
     """
 
@@ -212,7 +221,16 @@ class TFRecordReader(DataSourceReader):
             options.on_error,  # type: ignore[arg-type]
             options.storage_options,
         )
-        self.arrow_schema: pa.Schema = to_arrow_schema(schema)
+        found = resolved.partitioning
+        folder_columns = [name for name in schema.names if name in found.names]
+        self.arrow_schema: pa.Schema = to_arrow_schema(
+            StructType([field for field in schema.fields if field.name not in folder_columns])
+        )
+        self.folder_fields = [
+            (to_arrow_schema(StructType([schema[name]])).field(0), found.names.index(name))
+            for name in folder_columns
+        ]
+        self.folder_values = found.values if folder_columns else {}
         self.groups = resolved.plan.ranges(options.max_partition_bytes)
 
     def partitions(self) -> list[InputPartition]:
@@ -239,6 +257,23 @@ class TFRecordReader(DataSourceReader):
                 )
                 skipped += dropped
                 if batch.num_rows:
-                    yield batch
+                    yield self._with_folders(batch, rng.path)
         if skipped:
             logger.warning("skipped %d damaged record(s) in %s", skipped, [r.path for r in ranges])
+
+    def _with_folders(self, batch: pa.RecordBatch, path: str) -> pa.RecordBatch:
+        """The batch with its shard's partition columns (each its folder's value in every row)."""
+        if not self.folder_fields:
+            return batch
+        arrays, fields = list(batch.columns), list(batch.schema)
+        for field, position in self.folder_fields:
+            text = self.folder_values[path][position]
+            try:
+                arrays.append(pa.repeat(pa.scalar(text, pa.string()), batch.num_rows).cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                raise SpecError(
+                    f"partition column {field.name!r} of {path!r}: its folder's value {text!r} is not "
+                    f"a {field.type} ({error})"
+                ) from None
+            fields.append(field)
+        return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
