@@ -3,26 +3,24 @@
 The batches of the loading process are those of threads in the main process and of DataLoader
 workers, in the same order; a state taken mid-epoch names what the loop received and resumes in
 any mode; a corrupt record or a raising transform stops the epoch with its error in the main
-process; the child ends with the epoch, its iterator or its parent, and its death is an error
-raised within seconds, never a hang.
+process (tests/test_threaded.py, over both modes); the child ends with the epoch, its iterator or
+its parent, and its death is an error raised within seconds, never a hang.
 """
 
 from __future__ import annotations
 
-import gc
 import json
-import logging
-import multiprocessing
 import os
 import pickle
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import loader_modes as modes
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -34,11 +32,6 @@ from torch_tfrecord.data.loading_process import LoadingProcessError
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and /proc of a POSIX system")
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
-NAME = "torch_tfrecord-loading"
-
-
-def _children() -> list[multiprocessing.process.BaseProcess]:
-    return [child for child in multiprocessing.active_children() if child.name == NAME]
 
 
 def _gone(pid: int) -> bool:
@@ -50,31 +43,9 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _no_process_left() -> None:
-    gc.collect()
-    deadline = time.monotonic() + 10
-    while _children():
-        assert time.monotonic() < deadline, f"loading processes left: {_children()}"
-        time.sleep(0.02)
-
-
-def _ids(batches: Iterator[Any]) -> list[list[int]]:
-    return [torch.as_tensor(batch["_record_id"]).reshape(-1).tolist() for batch in batches]
-
-
-def _augment(batch: dict[str, Any]) -> dict[str, Any]:
-    batch["noise"] = torch.rand(3)  # torch's global RNG, seeded per batch by the dataset
-    return batch
-
-
-def _augment_with(batch: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
-    batch["noise"] = torch.rand(3, generator=generator)
-    return batch
-
-
 def _epoch(ds: tt.TFRecordDataset, workers: int = 0) -> list[Any]:
     return [
-        (_ids(iter([b]))[0], b["noise"].tolist() if "noise" in b else None, b["x"].tolist())
+        (modes.ids(iter([b]))[0], b["noise"].tolist() if "noise" in b else None, b["x"].tolist())
         for b in DataLoader(ds, batch_size=None, num_workers=workers)
     ]
 
@@ -89,13 +60,19 @@ def test_the_same_batches_as_threads_in_the_main_process_and_as_workers(
         ds.set_epoch(1)
         return ds
 
-    expected = _epoch(make(threads=2, transform=_augment))
-    assert _epoch(make(threads=2, process=True, transform=_augment)) == expected  # the transform in the loop
-    assert _epoch(make(process=True, prefetch=3, transform=_augment)) == expected  # a prefetch thread there
+    expected = _epoch(make(threads=2, transform=modes.augment))
+    assert (
+        _epoch(make(threads=2, process=True, transform=modes.augment)) == expected
+    )  # the transform in the loop
+    assert (
+        _epoch(make(process=True, prefetch=3, transform=modes.augment)) == expected
+    )  # a prefetch thread there
     without = [(ids, None, x) for ids, _, x in expected]
     assert _epoch(make(), workers=2) == without  # two DataLoader workers
-    seeded = _epoch(make(threads=2, transform=_augment_with, transform_threads=True))
-    assert _epoch(make(threads=3, process=True, transform=_augment_with, transform_threads=True)) == seeded
+    seeded = _epoch(make(threads=2, transform=modes.augment_with, transform_threads=True))
+    assert (
+        _epoch(make(threads=3, process=True, transform=modes.augment_with, transform_threads=True)) == seeded
+    )
 
     # Samples, batched by the loader.
     def samples(process: bool, workers: int) -> list[Any]:
@@ -107,12 +84,14 @@ def test_the_same_batches_as_threads_in_the_main_process_and_as_workers(
     assert samples(True, 0) == expected_samples == samples(False, 2)
     # tt.loader(process=True): the same, with the loader's batch size told the public way.
     plain = tt.TFRecordDataset(paths, spec=SPEC, seed=3, threads=2)
-    assert _ids(iter(tt.loader(plain, batch_size=4, process=True))) == [ids for ids, _, _ in expected_samples]
+    assert modes.ids(iter(tt.loader(plain, batch_size=4, process=True))) == [
+        ids for ids, _, _ in expected_samples
+    ]
     with pytest.raises(ValueError, match="num_workers=0"):
         tt.loader(make(), process=True, num_workers=2)
     with pytest.raises(ValueError, match="process='yes'"):
         tt.TFRecordDataset(paths, spec=SPEC, process="yes")  # type: ignore[arg-type]
-    _no_process_left()
+    modes.no_process_left()
 
 
 def test_mix_and_pack_in_the_loading_process_give_the_same_batches(
@@ -140,7 +119,7 @@ def test_mix_and_pack_in_the_loading_process_give_the_same_batches(
         return [b["id"].reshape(-1).tolist() for b in rows]
 
     assert packed(True) == packed(False)
-    _no_process_left()
+    modes.no_process_left()
 
 
 def test_a_state_mid_epoch_names_what_the_loop_received_and_resumes_in_every_mode(
@@ -151,7 +130,7 @@ def test_a_state_mid_epoch_names_what_the_loop_received_and_resumes_in_every_mod
     def make(**options: Any) -> tt.TFRecordDataset:
         return tt.TFRecordDataset(paths, spec=SPEC, batch_size=6, seed=5, **options)
 
-    full = [i for ids in _ids(iter(make())) for i in ids]
+    full = [i for ids in modes.ids(iter(make())) for i in ids]
     ds = make(threads=2, process=True)
     loop = iter(ds)
     first = [i for _ in range(5) for i in next(loop)["_record_id"].tolist()]
@@ -159,13 +138,13 @@ def test_a_state_mid_epoch_names_what_the_loop_received_and_resumes_in_every_mod
     state = ds.state_dict()
     json.dumps(state)
     del loop
-    _no_process_left()
+    modes.no_process_left()
     # process -> threads -> workers (and process again, and the loop in the main process)
     for options, workers in (({"threads": 2}, 0), ({}, 2), ({"threads": 2, "process": True}, 0), ({}, 0)):
         resumed = make(**options)
         resumed.load_state_dict(state)
         loader = DataLoader(resumed, batch_size=None, num_workers=workers)
-        rest = [i for ids in _ids(iter(loader)) for i in ids]
+        rest = [i for ids in modes.ids(iter(loader)) for i in ids]
         assert first + rest == full, (options, workers)  # nothing twice, nothing lost
     # threads -> process: a state taken under threads resumes in the loading process.
     threaded = make(threads=3)
@@ -175,8 +154,8 @@ def test_a_state_mid_epoch_names_what_the_loop_received_and_resumes_in_every_mod
     del loop
     resumed = make(threads=2, process=True)
     resumed.load_state_dict(state)
-    assert first + [i for ids in _ids(iter(resumed)) for i in ids] == full
-    _no_process_left()
+    assert first + [i for ids in modes.ids(iter(resumed)) for i in ids] == full
+    modes.no_process_left()
 
 
 def test_automatic_epochs_and_stats_with_the_loading_process_and_its_handoff(
@@ -184,13 +163,13 @@ def test_automatic_epochs_and_stats_with_the_loading_process_and_its_handoff(
 ) -> None:
     paths = id_shards([30, 34])
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=4, threads=2, process=True)
-    first, second = _ids(iter(ds)), _ids(iter(ds))
+    first, second = modes.ids(iter(ds)), modes.ids(iter(ds))
     expected = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=4)
     expected.set_epoch(1)
-    assert first != second and second == _ids(iter(expected))
+    assert first != second and second == modes.ids(iter(expected))
     ds.set_epoch(7)
     expected.set_epoch(7)
-    assert _ids(iter(ds)) == _ids(iter(expected))
+    assert modes.ids(iter(ds)) == modes.ids(iter(expected))
     stats = ds.stats()
     assert stats.records == 3 * 64 and stats.bytes > 0  # the child's reads reach the main process
     text = str(stats)
@@ -204,67 +183,7 @@ def test_automatic_epochs_and_stats_with_the_loading_process_and_its_handoff(
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert names == {"main process", "loading process"}
     assert {"read", "decode", "handoff"} <= {e["name"] for e in events}
-    _no_process_left()
-
-
-def _damage_payload(path: Path, record: int) -> None:
-    table = tt.load_index(tt.default_index_path(path))
-    data = bytearray(path.read_bytes())
-    data[int(table[record, 0]) + 12] ^= 0xFF
-    path.write_bytes(bytes(data))
-
-
-def test_a_corrupt_record_is_named_in_the_main_process_and_only_it_is_skipped(
-    id_shards: Callable[..., list[Path]], caplog: pytest.LogCaptureFixture
-) -> None:
-    paths = id_shards([20, 20])
-    _damage_payload(paths[1], 3)  # global id 23
-    raising = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, process=True)
-    received = []
-    named = r"shard-001\.tfrecord.* at byte \d+ \(record 3\)"
-    with pytest.raises(tt.CorruptRecordError, match=named) as error:
-        for batch in raising:
-            received.append(batch["_record_id"].tolist())
-    assert received == [list(range(at, at + 4)) for at in range(0, 20, 4)]
-    assert error.value.path.endswith("shard-001.tfrecord") and error.value.record == 3
-    assert "loading process" in "".join(getattr(error.value, "__notes__", ["loading process"]))
-    _no_process_left()
-    skipping = tt.TFRecordDataset(
-        paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, on_error="skip", process=True
-    )
-    with caplog.at_level(logging.WARNING):
-        batches = list(skipping)
-    assert "shard-001.tfrecord" in caplog.text and "record 3" in caplog.text  # logged by the child, here
-    real = [i for b in batches for i, p in zip(b["_record_id"].tolist(), b["_padding"].tolist()) if not p]
-    assert sorted(real) == [i for i in range(40) if i != 23]
-    _no_process_left()
-
-
-def _raising(batch: dict[str, Any]) -> dict[str, Any]:
-    if 17 in batch["_record_id"].tolist():
-        raise RuntimeError("the transform failed on record 17")
-    return batch
-
-
-def _raising_with(batch: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
-    return _raising(batch)
-
-
-@pytest.mark.parametrize("transform_threads", [False, True])
-def test_a_raising_transform_stops_the_epoch_with_its_error(
-    id_shards: Callable[..., list[Path]], transform_threads: bool
-) -> None:
-    paths = id_shards([40])
-    ds = tt.TFRecordDataset(
-        paths, spec=SPEC, batch_size=4, shuffle=False, threads=2, transform_threads=transform_threads,
-        transform=_raising_with if transform_threads else _raising, process=True,
-    )  # fmt: skip
-    received = []
-    with pytest.raises(RuntimeError, match="record 17"):
-        for batch in DataLoader(ds, batch_size=None):
-            received.append(batch["_record_id"].tolist())
-    assert received == [list(range(at, at + 4)) for at in range(0, 16, 4)]
-    _no_process_left()
+    modes.no_process_left()
 
 
 def test_a_child_killed_mid_epoch_is_an_error_within_seconds(id_shards: Callable[..., list[Path]]) -> None:
@@ -272,14 +191,14 @@ def test_a_child_killed_mid_epoch_is_an_error_within_seconds(id_shards: Callable
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=1, threads=2, process=True)
     loop = iter(ds)
     next(loop)
-    (child,) = _children()
+    (child,) = modes.children()
     os.kill(child.pid, signal.SIGKILL)  # type: ignore[arg-type]
     start = time.monotonic()
     with pytest.raises(LoadingProcessError, match=r"pid \d+\) ended before its epoch did \(SIGKILL\)"):
         for _ in loop:  # the batches already in the pipe, then the error
             pass
     assert time.monotonic() - start < 5
-    _no_process_left()
+    modes.no_process_left()
 
 
 def test_no_process_is_left_after_the_loop_breaks_or_ends(id_shards: Callable[..., list[Path]]) -> None:
@@ -288,15 +207,15 @@ def test_no_process_is_left_after_the_loop_breaks_or_ends(id_shards: Callable[..
     for number, _ in enumerate(DataLoader(ds, batch_size=None)):
         if number == 3:
             break
-    _no_process_left()  # the loader's iterator collected: the child ended and joined
+    modes.no_process_left()  # the loader's iterator collected: the child ended and joined
     loop = iter(ds)
     next(loop)
-    pid = _children()[0].pid
+    pid = modes.children()[0].pid
     assert any(key[0] == pid for key in byte_ring._received)  # its ring, mapped here
     loop.close()  # type: ignore[attr-defined]
-    assert not _children() and pid is not None and _gone(pid)
+    assert not modes.children() and pid is not None and _gone(pid)
     assert not any(key[0] == pid for key in byte_ring._received)  # and let go of
-    assert len(list(ds)) == 50 and not _children()  # the epoch's end ends it too
+    assert len(list(ds)) == 50 and not modes.children()  # the epoch's end ends it too
 
 
 def test_the_loading_process_ends_when_its_parent_is_killed(tmp_path: Path) -> None:
@@ -333,11 +252,11 @@ def test_a_spawned_loading_process_gives_the_same_batches(
 ) -> None:
     # Where fork is not used (macOS, Windows): the dataset is pickled into a spawned child.
     paths = id_shards([30, 25])
-    expected = _ids(iter(tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2)))
+    expected = modes.ids(iter(tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2)))
     monkeypatch.setattr(loading_process, "start_method", lambda: "spawn")
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=2, threads=2, process=True)
-    assert _ids(iter(ds)) == expected
+    assert modes.ids(iter(ds)) == expected
     local = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, transform=lambda b: b, threads=2, process=True)
     with pytest.raises((pickle.PicklingError, AttributeError, TypeError), match="pickle"):
         next(iter(local))  # a transform a spawned process cannot import: said at the start
-    _no_process_left()
+    modes.no_process_left()

@@ -8,7 +8,6 @@ epoch with their error and leave no thread running.
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import logging
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import loader_modes as modes
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -30,25 +30,6 @@ from torch_tfrecord.data import shard_pool
 from torch_tfrecord.data.threaded import OrderedThreads
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
-THREADS = "torch_tfrecord-load"
-
-
-def _loading_threads() -> list[threading.Thread]:
-    return [thread for thread in threading.enumerate() if thread.name.startswith(THREADS)]
-
-
-def _no_thread_left() -> None:
-    gc.collect()
-    deadline = time.monotonic() + 10
-    while _loading_threads():
-        assert time.monotonic() < deadline, f"threads left running: {_loading_threads()}"
-        time.sleep(0.01)
-
-
-def _ids(batches: Iterator[Any]) -> list[list[int]]:
-    return [torch.as_tensor(batch["_record_id"]).reshape(-1).tolist() for batch in batches]
-
-
 # -- OrderedThreads ------------------------------------------------------------------------------
 
 
@@ -85,7 +66,7 @@ def test_results_in_the_tasks_order_at_most_depth_ahead(threads: int) -> None:
     assert tasks.begun <= 1 + threads + 2
     assert list(made) == list(range(1, 120))
     assert tasks.most <= threads
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_an_error_is_raised_in_its_place_and_nothing_after_it_starts() -> None:
@@ -96,7 +77,7 @@ def test_an_error_is_raised_in_its_place_and_nothing_after_it_starts() -> None:
             received.append(place)
     assert received == list(range(37))
     assert tasks.begun <= 37 + 1 + 5  # those taken before the error was known, no more
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_an_error_of_the_iterator_itself_comes_after_the_items_before_it() -> None:
@@ -109,7 +90,7 @@ def test_an_error_of_the_iterator_itself_comes_after_the_items_before_it() -> No
     assert next(made) == 1 and next(made) == 2
     with pytest.raises(ValueError, match="epoch 3"):
         next(made)
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_close_and_garbage_collection_stop_every_thread_and_close_the_tasks() -> None:
@@ -125,12 +106,12 @@ def test_close_and_garbage_collection_stop_every_thread_and_close_the_tasks() ->
     made = OrderedThreads(tasks(), threads=3, depth=4)
     assert [next(made) for _ in range(5)] == [0, 1, 2, 3, 4]
     del made  # abandoned mid-way: collected, its threads stopped
-    _no_thread_left()
+    modes.no_thread_left()
     assert len(closed) == 1  # the generator's cleanup ran once, in a thread that ran it
     unstarted = tasks()
     never = OrderedThreads(unstarted, threads=2, depth=2)
     never.close()  # never started: closed here
-    assert unstarted.gi_frame is None and not _loading_threads()  # type: ignore[attr-defined]
+    assert unstarted.gi_frame is None and not modes.loading_threads()  # type: ignore[attr-defined]
     with pytest.raises(ValueError, match="depth=1"):
         OrderedThreads(tasks(), threads=2, depth=1)
 
@@ -162,20 +143,10 @@ def test_a_fork_waits_until_no_thread_is_inside_a_task() -> None:
 # -- the datasets ----------------------------------------------------------------------------------
 
 
-def _augment(batch: dict[str, Any]) -> dict[str, Any]:
-    batch["noise"] = torch.rand(3)  # torch's global RNG, seeded per batch by the dataset
-    return batch
-
-
-def _augment_with(batch: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
-    batch["noise"] = torch.rand(3, generator=generator)
-    return batch
-
-
 def _epoch_of(ds: tt.TFRecordDataset, workers: int = 0, loop_draws: list[float] | None = None) -> list[Any]:
     out = []
     for batch in DataLoader(ds, batch_size=None, num_workers=workers):
-        out.append((_ids([batch])[0], batch["noise"].tolist() if "noise" in batch else None))
+        out.append((modes.ids([batch])[0], batch["noise"].tolist() if "noise" in batch else None))
         if loop_draws is not None:
             loop_draws.append(float(torch.rand(())))  # the loop's own random numbers
     return out
@@ -197,15 +168,15 @@ def test_the_same_batches_in_the_same_order_whatever_the_threads_and_as_with_wor
         draws: list[float] = []
         if batch_size is None:  # samples, batched by the loader
             loader = DataLoader(ds, batch_size=4, num_workers=workers, collate_fn=tt.collate)
-            return [(_ids([b])[0], None) for b in loader], draws
+            return [(modes.ids([b])[0], None) for b in loader], draws
         return _epoch_of(ds, workers, draws), draws
 
-    kind = {"transform": _augment} if batch_size else {}
+    kind = {"transform": modes.augment} if batch_size else {}
     expected = epoch(0, **kind)
     for threads in (1, 2, 4):
         assert epoch(threads, **kind) == expected, threads
     assert epoch(0, workers=2, **kind)[0] == expected[0]  # the same as two DataLoader workers
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_transforms_on_the_threads_are_seeded_through_their_generator(
@@ -215,7 +186,7 @@ def test_transforms_on_the_threads_are_seeded_through_their_generator(
 
     def epoch(threads: int, transform_threads: bool) -> list[Any]:
         ds = tt.TFRecordDataset(
-            paths, spec=SPEC, batch_size=8, seed=9, transform=_augment_with, threads=threads,
+            paths, spec=SPEC, batch_size=8, seed=9, transform=modes.augment_with, threads=threads,
             transform_threads=transform_threads,
         )  # fmt: skip
         return _epoch_of(ds)
@@ -227,9 +198,9 @@ def test_transforms_on_the_threads_are_seeded_through_their_generator(
     assert epoch(3, True) == expected
     assert torch.equal(torch.get_rng_state(), loop_after)  # the loop's RNG as without threads
     with pytest.raises(ValueError, match="generator="):
-        tt.TFRecordDataset(paths, spec=SPEC, transform=_augment, threads=2, transform_threads=True)
+        tt.TFRecordDataset(paths, spec=SPEC, transform=modes.augment, threads=2, transform_threads=True)
     with pytest.raises(ValueError, match="threads >= 1"):
-        tt.TFRecordDataset(paths, spec=SPEC, transform=_augment_with, transform_threads=True)
+        tt.TFRecordDataset(paths, spec=SPEC, transform=modes.augment_with, transform_threads=True)
     with pytest.raises(ValueError, match="threads=-1"):
         tt.TFRecordDataset(paths, spec=SPEC, threads=-1)
 
@@ -261,20 +232,20 @@ def test_a_state_mid_epoch_describes_batches_received_and_resumes_on_other_threa
             paths, spec=SPEC, batch_size=batch_size, seed=5, threads=threads, rank=rank, world_size=world_size
         )
 
-    full = [i for ids in _ids(iter(make(0))) for i in ids]
+    full = [i for ids in modes.ids(iter(make(0))) for i in ids]
     ds = make(3)
     iterator = iter(ds)
     taken = 5 if batch_size else 37
-    first = [i for _ in range(taken) for i in _ids(iter([next(iterator)]))[0]]
+    first = [i for _ in range(taken) for i in modes.ids(iter([next(iterator)]))[0]]
     time.sleep(0.1)  # the threads run ahead of the loop
     state = ds.state_dict()
     json.dumps(state)
     del iterator
-    _no_thread_left()
+    modes.no_thread_left()
     for threads in (0, 1, 4):
         resumed = make(threads)
         resumed.load_state_dict(state)
-        rest = [i for ids in _ids(iter(resumed)) for i in ids]
+        rest = [i for ids in modes.ids(iter(resumed)) for i in ids]
         assert first + rest == full, threads  # nothing twice, nothing lost
     # Two ranks stopped mid-epoch with threads, resumed on one rank with other threads.
     if batch_size:
@@ -282,14 +253,14 @@ def test_a_state_mid_epoch_describes_batches_received_and_resumes_on_other_threa
         for rank in range(2):
             ranked = make(2, rank, 2)
             loop = iter(ranked)
-            seen += [i for _ in range(rank + 2) for i in _ids(iter([next(loop)]))[0]]
+            seen += [i for _ in range(rank + 2) for i in modes.ids(iter([next(loop)]))[0]]
             states.append(ranked.state_dict())
             del loop
         one = make(3)
         one.load_state_dict(states)
-        seen += [i for ids in _ids(iter(one)) for i in ids]
+        seen += [i for ids in modes.ids(iter(one)) for i in ids]
         assert len(seen) == len(set(seen)) >= 120 and set(seen) <= set(full)  # (drop_last: < 1 global batch)
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_automatic_epochs_and_stats_per_thread_without_a_handoff(
@@ -297,68 +268,64 @@ def test_automatic_epochs_and_stats_per_thread_without_a_handoff(
 ) -> None:
     paths = id_shards([30, 34])
     ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=4, threads=2)
-    first, second = _ids(iter(ds)), _ids(iter(ds))
+    first, second = modes.ids(iter(ds)), modes.ids(iter(ds))
     expected = tt.TFRecordDataset(paths, spec=SPEC, batch_size=8, seed=4)
     expected.set_epoch(1)
-    assert first != second and second == _ids(iter(expected))
+    assert first != second and second == modes.ids(iter(expected))
     stats = ds.stats()
     assert stats.records == 128 and stats.bytes > 0  # both threads' reads counted
     assert "read" in str(stats) and "handoff" not in str(stats)
 
 
-def _damage_payload(path: Path, record: int) -> None:
-    table = tt.load_index(tt.default_index_path(path))
-    data = bytearray(path.read_bytes())
-    data[int(table[record, 0]) + 12] ^= 0xFF
-    path.write_bytes(bytes(data))
+# Threads in the main process, and the same threads in one loading process (whose errors and
+# log records are carried to the main process).
+IN_PROCESS = pytest.mark.parametrize("process", [False, True], ids=["main-process", "loading-process"])
 
 
+@IN_PROCESS
 def test_a_corrupt_record_under_threads_names_its_file_and_only_it_is_skipped(
-    id_shards: Callable[..., list[Path]], caplog: pytest.LogCaptureFixture
+    id_shards: Callable[..., list[Path]], caplog: pytest.LogCaptureFixture, process: bool
 ) -> None:
     paths = id_shards([20, 20])
-    _damage_payload(paths[1], 3)  # global id 23
-    raising = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, shuffle=False, threads=3)
+    modes.damage_payload(paths[1], 3)  # global id 23
+    raising = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, process=process)
     received = []
-    with pytest.raises(tt.CorruptRecordError, match=r"shard-001\.tfrecord.* at byte \d+ \(record 3\)"):
+    named = r"shard-001\.tfrecord.* at byte \d+ \(record 3\)"
+    with pytest.raises(tt.CorruptRecordError, match=named) as error:
         for batch in raising:
             received.append(batch["_record_id"].tolist())
     assert received == [list(range(at, at + 4)) for at in range(0, 20, 4)]
-    _no_thread_left()
-    skipping = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, on_error="skip")
+    assert error.value.path.endswith("shard-001.tfrecord") and error.value.record == 3
+    if process:  # the child's traceback, added as a note
+        assert "loading process" in "".join(getattr(error.value, "__notes__", []))
+    modes.nothing_left()
+    skipping = tt.TFRecordDataset(
+        paths, spec=SPEC, batch_size=4, shuffle=False, threads=3, on_error="skip", process=process
+    )
     with caplog.at_level(logging.WARNING):
         batches = list(skipping)
-    assert "shard-001.tfrecord" in caplog.text and "record 3" in caplog.text
+    assert "shard-001.tfrecord" in caplog.text and "record 3" in caplog.text  # (a child's logged here)
     real = [i for b in batches for i, p in zip(b["_record_id"].tolist(), b["_padding"].tolist()) if not p]
     assert sorted(real) == [i for i in range(40) if i != 23]
-    _no_thread_left()
+    modes.nothing_left()
 
 
-def _raising(batch: dict[str, Any]) -> dict[str, Any]:
-    if 17 in batch["_record_id"].tolist():
-        raise RuntimeError("the transform failed on record 17")
-    return batch
-
-
-def _raising_with(batch: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
-    return _raising(batch)
-
-
+@IN_PROCESS
 @pytest.mark.parametrize("transform_threads", [False, True])
 def test_a_raising_transform_stops_the_epoch_with_its_error(
-    id_shards: Callable[..., list[Path]], transform_threads: bool
+    id_shards: Callable[..., list[Path]], transform_threads: bool, process: bool
 ) -> None:
     paths = id_shards([40])
     ds = tt.TFRecordDataset(
         paths, spec=SPEC, batch_size=4, shuffle=False, threads=2, transform_threads=transform_threads,
-        transform=_raising_with if transform_threads else _raising,
+        transform=modes.raising_with if transform_threads else modes.raising, process=process,
     )  # fmt: skip
     received = []
     with pytest.raises(RuntimeError, match="record 17"):
         for batch in DataLoader(ds, batch_size=None):
             received.append(batch["_record_id"].tolist())
     assert received == [list(range(at, at + 4)) for at in range(0, 16, 4)]
-    _no_thread_left()
+    modes.nothing_left()
 
 
 def test_shards_let_go_while_other_threads_read_stay_open_until_their_reads_end(
@@ -368,14 +335,14 @@ def test_shards_let_go_while_other_threads_read_stay_open_until_their_reads_end(
     # lets others go while the other threads read from them (natively, without the GIL).
     monkeypatch.setitem(shard_pool.CAPS, "local", 2)
     paths = id_shards([30] * 10)
-    expected = _ids(iter(tt.TFRecordDataset(paths, spec=SPEC, batch_size=16, seed=8)))
+    expected = modes.ids(iter(tt.TFRecordDataset(paths, spec=SPEC, batch_size=16, seed=8)))
     for _ in range(3):
         ds = tt.TFRecordDataset(paths, spec=SPEC, batch_size=16, seed=8, threads=4, prefetch=4)
         batches = list(ds)
-        assert _ids(iter(batches)) == expected
+        assert modes.ids(iter(batches)) == expected
         assert all(b["id"].tolist() == b["_record_id"].tolist() for b in batches)  # each record's own bytes
         assert len(ds.files.pool.opened("local")) <= 2 and not ds.files.pool._retired
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_mix_and_pack_with_threads_give_the_same_batches(
@@ -402,7 +369,7 @@ def test_mix_and_pack_with_threads_give_the_same_batches(
         return [b["id"].reshape(-1).tolist() for b in rows]
 
     assert packed(2) == packed(0)
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_a_selection_with_threads_reads_its_records_as_without(id_shards: Callable[..., list[Path]]) -> None:
@@ -412,11 +379,11 @@ def test_a_selection_with_threads_reads_its_records_as_without(id_shards: Callab
         ds = tt.TFRecordDataset(paths, spec=SPEC, subset=0.5, seed=6, batch_size=8, threads=threads)
         batches = list(ds)
         assert all(b["id"].tolist() == b["_record_id"].tolist() for b in batches)
-        return _ids(iter(batches))
+        return modes.ids(iter(batches))
 
     expected = epoch(0)
     assert epoch(3) == expected and len({i for ids in expected for i in ids}) == 56  # 7 whole batches of 60
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_workers_forked_while_threads_run_read_their_share_exactly(
@@ -427,13 +394,13 @@ def test_workers_forked_while_threads_run_read_their_share_exactly(
     ds.set_epoch(0)
     running = iter(ds)
     next(running)  # the threads run (and read the shards) while the workers are forked
-    assert len(_loading_threads()) == 2
+    assert len(modes.loading_threads()) == 2
     loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="fork")
     ids = sorted(int(i) for batch in loader for i in batch["_record_id"])
     assert ids == list(range(120))
     rest = [i for batch in running for i in batch["_record_id"].tolist()]
     assert rest == list(range(4, 120))
-    _no_thread_left()
+    modes.no_thread_left()
 
 
 def test_a_loop_left_open_at_exit_ends_quietly(tmp_path: Path) -> None:
