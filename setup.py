@@ -29,10 +29,10 @@ NATIVE_SOURCES = [
     "torch_tfrecord/records/_index.c",
     "torch_tfrecord/records/_gather.c",
     "torch_tfrecord/codec/_wire.c",
-    "torch_tfrecord/data/_permutation.c",
-    "torch_tfrecord/data/_byte_ring.c",
-    "torch_tfrecord/data/_packing.c",
-    "torch_tfrecord/data/_id_lookup.c",
+    "torch_tfrecord/data/order/_permutation.c",
+    "torch_tfrecord/data/transport/_byte_ring.c",
+    "torch_tfrecord/data/grouping/_packing.c",
+    "torch_tfrecord/data/select/_id_lookup.c",
 ]
 NATIVE_HEADERS = [
     "torch_tfrecord/support/_native.h",
@@ -41,10 +41,10 @@ NATIVE_HEADERS = [
     "torch_tfrecord/records/_index.h",
     "torch_tfrecord/records/_gather.h",
     "torch_tfrecord/codec/_wire.h",
-    "torch_tfrecord/data/_permutation.h",
-    "torch_tfrecord/data/_byte_ring.h",
-    "torch_tfrecord/data/_packing.h",
-    "torch_tfrecord/data/_id_lookup.h",
+    "torch_tfrecord/data/order/_permutation.h",
+    "torch_tfrecord/data/transport/_byte_ring.h",
+    "torch_tfrecord/data/grouping/_packing.h",
+    "torch_tfrecord/data/select/_id_lookup.h",
 ]
 JPEG_SOURCES = ["torch_tfrecord/codec/_jpeg.c", "torch_tfrecord/codec/_resize.c"]
 JPEG_HEADERS = ["torch_tfrecord/codec/_resize.h", "torch_tfrecord/support/_cpu.h"]

@@ -59,7 +59,7 @@ SDIST_FILES = [
     "torch_tfrecord/records/_framing.c",
     "torch_tfrecord/records/_gather.h",
     "torch_tfrecord/codec/_wire.c",
-    "torch_tfrecord/data/_permutation.c",
+    "torch_tfrecord/data/order/_permutation.c",
     "torch_tfrecord/codec/_jpeg.c",
     "torch_tfrecord/codec/_resize.h",
     "packaging/extension.map",  # setup.py's version script for a static libjpeg

@@ -364,7 +364,7 @@ _TELEMETRY_ROWS: tuple[tuple[str, Callable[[list[str], str, int, Any], int], Any
 
 def telemetry_overhead(datasets: dict[str, list[str]], repeats: int) -> None:
     """Each row with the load telemetry on and off, alternately (see the module's docstring)."""
-    from torch_tfrecord.data.telemetry import ENV_VAR
+    from torch_tfrecord.data.telemetry.shared import ENV_VAR
 
     rows = []
     loads = []
@@ -447,7 +447,7 @@ def telemetry_cpu(n: int = 200_000) -> None:
     """The telemetry's own CPU per batch (the loop's meter and three stages, as a batch-mode batch
     counts them) and per sample (sample mode's meter), on and off: best of 5 loops of ``n``. On a
     loaded machine this resolves what the rows' wall times cannot."""
-    from torch_tfrecord.data.telemetry import ENV_VAR, Telemetry
+    from torch_tfrecord.data.telemetry.shared import ENV_VAR, Telemetry
     from torch_tfrecord.support.stages import DECODE, HANDOFF, READ, begin, end, lap
 
     def batches(meter: Any) -> float:

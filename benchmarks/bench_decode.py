@@ -38,8 +38,8 @@ import torch
 import torch_tfrecord as tt
 from torch_tfrecord.codec import native
 from torch_tfrecord.codec.spec import normalize_spec
-from torch_tfrecord.data.shards import RecordFiles
 from torch_tfrecord.proto import Example
+from torch_tfrecord.records.shards.files import RecordFiles
 
 SHARDS = 8
 RECORDS_PER_SHARD = 20_000

@@ -41,9 +41,9 @@ import numpy as np
 from _tensorflow import run_script
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.grouped import Pieces
-from torch_tfrecord.data.packed_rows import assemble_rows
-from torch_tfrecord.data.packing_plan import PackOptions, plan_packing
+from torch_tfrecord.data.grouping.group_datasets import Pieces
+from torch_tfrecord.data.grouping.packed_rows import assemble_rows
+from torch_tfrecord.data.grouping.packing import PackOptions, plan_packing
 
 LENGTH, MEDIAN, SIGMA, ROWS_AT_ONCE, SHARDS = 2048, 400, 1.0, 64, 4
 

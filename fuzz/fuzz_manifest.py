@@ -30,7 +30,7 @@ def check(data: bytes) -> None:
     for shard in found.shards:
         assert not shard.name.startswith("/") and ".." not in shard.name.split("/")
         assert shard.compression or shard.records * 16 <= shard.size
-    assert all(path.startswith("memory://fuzzed/") for path in found.shard_paths())
+    assert all(path.startswith("memory://fuzzed/") for path in found.paths)
     assert decode_manifest(encode_manifest(found), WHERE) == found
 
 

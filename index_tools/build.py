@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from typing import Literal
 
-from torch_tfrecord.data.shard_index import load_shard_index
 from torch_tfrecord.errors import IndexFormatError, StaleIndexError, TFRecordError
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.compressed.index import (
@@ -30,6 +29,7 @@ from torch_tfrecord.records.io import (
     resolve_compression,
 )
 from torch_tfrecord.records.reader import OnError, ReadStats
+from torch_tfrecord.records.shards.index import load_shard_index
 from torch_tfrecord.support.processes import worker_processes
 from torch_tfrecord.support.text import plural
 

@@ -26,10 +26,10 @@ from torch_tfrecord.cli.options import (
     add_storage_options,
     storage_options,
 )
-from torch_tfrecord.data.shard_index import load_shard_index
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.records.compressed.index import CompressedIndex
 from torch_tfrecord.records.io import expand_sources
+from torch_tfrecord.records.shards.index import load_shard_index
 from torch_tfrecord.support.processes import WorkerDiedError
 from torch_tfrecord.support.text import plural, progress_bar
 
@@ -152,11 +152,11 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_manifest(args: argparse.Namespace) -> int:
-    from torch_tfrecord.data.shards import RecordFiles
     from torch_tfrecord.records.compressed.index import default_compressed_index_path
     from torch_tfrecord.records.index import default_index_path
     from torch_tfrecord.records.io import exists
     from torch_tfrecord.records.manifest import MANIFEST_SUFFIX, write_manifest
+    from torch_tfrecord.records.shards.files import RecordFiles
 
     options = storage_options(args)
     files = RecordFiles.from_sources(args.paths, storage_options=options, cache_dir=False)

@@ -27,6 +27,34 @@ LAYERS: list[tuple[int, str, tuple[str, ...]]] = [
     (5, "viewer", ("torch_tfrecord.viewer",)),
     (6, "command line", ("torch_tfrecord.cli", "index_tools")),
 ]
+# Layer 3 by concept: its folders (and the modules at its top), bottom first. A module imports
+# from its own sub-layer and those below it, never above (checked by tests/test_layout.py).
+DATA_SUBLAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("frameworks", ("frameworks",)),  # torch's and the training frameworks' internals, wrappers
+    ("telemetry", ("telemetry",)),  # load counters in shared memory, tt.LoadStats
+    ("order", ("order",)),  # the epoch plan, permutation, mixing and read schedules, resume
+    ("select", ("select",)),  # selections, their file, id sets, the scan and its filter tests
+    ("decoding", ("decoding",)),  # records read by id, decoded as a batch, transformed
+    ("transport", ("transport",)),  # hand-off, byte ring, prefetch, threads, a loading process
+    ("epoch", ("epoch",)),  # the one epoch driver, its counter, world, guards
+    ("datasets", ("dataset", "indexed", "mix", "loader")),  # the public datasets and tt.loader
+    ("grouping", ("grouping",)),  # sequences, lengths, packing, buckets, grouped datasets
+    ("grouped datasets", ("pack", "bucket")),  # tt.pack, tt.bucket
+]
+
+
+def data_sublayer(module: str) -> tuple[int, str] | None:
+    """``(sub-layer, name)`` of a module of layer 3's datasets (``torch_tfrecord.data``); None for
+    one outside it, or for the package's own ``__init__``."""
+    parts = module.split(".")
+    if parts[:2] != ["torch_tfrecord", "data"] or len(parts) < 3:
+        return None
+    for number, (name, homes) in enumerate(DATA_SUBLAYERS):
+        if parts[2] in homes:
+            return number, name
+    return -1, "none"
+
+
 # The package's face: ``tt.*`` (its table of names is torch_tfrecord/__init__.pyi).
 FACE = ("torch_tfrecord", "torch_tfrecord.__main__")
 TOP = 7

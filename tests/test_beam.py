@@ -66,7 +66,7 @@ def test_written_dicts_come_back_from_read_examples_and_the_dataset(tmp_path: Pa
     assert set(manifest["spec"]["spec"]) == set(SPEC)
 
     dataset = tt.TFRecordDataset(str(tmp_path / "out"), spec=SPEC)
-    assert dataset.files.saved_spec == manifest["spec"]
+    assert dataset.files.feature_spec == manifest["spec"]
     assert sorted(int(sample["id"]) for sample in dataset) == list(range(N))
 
     def check(row: dict[str, Any]) -> tuple[int, bool]:

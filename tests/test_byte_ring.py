@@ -16,10 +16,10 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec.selection import RowList
-from torch_tfrecord.data import byte_ring
-from torch_tfrecord.data.byte_ring import SLOTS
-from torch_tfrecord.data.fast_convert import convert
-from torch_tfrecord.data.handoff import RingBatch, pack_tensors
+from torch_tfrecord.data.transport import byte_ring
+from torch_tfrecord.data.transport.byte_ring import SLOTS
+from torch_tfrecord.data.transport.fast_convert import convert
+from torch_tfrecord.data.transport.handoff import RingBatch, pack_tensors
 
 
 def _column(seed: int, count: int = 64, size: int = 4096) -> RowList:

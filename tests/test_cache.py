@@ -33,8 +33,8 @@ from remote_servers import FaultProxy, gcs_emulator, moto_server, s3_options
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.cache_plan import shard_uses
-from torch_tfrecord.data.order import EpochPlan, WorkerSlice
+from torch_tfrecord.data.order.plan import EpochPlan, WorkerSlice
+from torch_tfrecord.data.order.schedule import shard_uses
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.remote import cache as cache_module
 from torch_tfrecord.records.remote import cache_entries as cache_entries_module
@@ -458,7 +458,7 @@ def test_downloads_ahead_start_a_bounded_number_at_a_time(
     needed is fetched, each once."""
     from remote_servers import RangedFileServer
 
-    from torch_tfrecord.data import shard_pool
+    from torch_tfrecord.records.shards import pool as shard_pool
     from torch_tfrecord.records.sources import ShardSpec, Storage
 
     monkeypatch.setattr(shard_pool, "FETCHES_STARTED", 6)

@@ -142,7 +142,7 @@ assert "torch" not in sys.modules
 assert set(tt.__all__) <= set(dir(tt))
 assert set(tt.__all__) == set(tt._EXPORTS), set(tt.__all__) ^ set(tt._EXPORTS)  # a new name goes in both
 import torch_tfrecord.data.dataset  # binds submodules on the package: tt.collate stays the function
-assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.data.collate", tt.collate
+assert callable(tt.collate) and tt.collate.__module__ == "torch_tfrecord.data.transport.collate", tt.collate
 assert tt.TFRecordDataset.__module__ == "torch_tfrecord.data.dataset"
 assert tt.native.decoder() in ("native", "python")
 for name in tt.__all__:

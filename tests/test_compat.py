@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import tomllib
 
-from torch_tfrecord.data import frameworks
+from torch_tfrecord.data.frameworks import detect as frameworks
 from torch_tfrecord.support import tested_versions
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler, random_split
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.world import resolve_world
+from torch_tfrecord.data.epoch.world import resolve_world
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 
@@ -569,7 +569,7 @@ def test_varlen_samples_under_the_default_collate_name_tt_collate(
 
 
 def test_an_empty_source_list_is_refused() -> None:
-    from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.shards.files import RecordFiles
 
     for make in (
         lambda: tt.TFRecordDataset([], spec=SPEC),

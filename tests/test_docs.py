@@ -131,7 +131,7 @@ def test_marked_block(block: Block) -> None:
 
 
 def test_partition_picture_is_what_the_code_draws() -> None:
-    """docs/images/partition.svg is drawn by partition.py from torch_tfrecord.data.order: rerun it."""
+    """docs/images/partition.svg is drawn by partition.py from torch_tfrecord.data.order.plan: rerun it."""
     script = DOCS / "images" / "partition.py"
     spec = importlib.util.spec_from_file_location("partition_picture", script)
     assert spec is not None and spec.loader is not None

@@ -1,4 +1,4 @@
-"""The epoch counter (torch_tfrecord.data.epoch_counter): counted per process, set_epoch wins, a loaded
+"""The epoch counter (torch_tfrecord.data.epoch.counter): counted per process, set_epoch wins, a loaded
 state restarts the count at its epoch."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from torch.utils.data import DataLoader, IterableDataset
 
-from torch_tfrecord.data.epoch_counter import EpochCounter
+from torch_tfrecord.data.epoch.counter import EpochCounter
 
 
 class _Epochs(IterableDataset[int]):

@@ -40,7 +40,7 @@ from launch import run as run_tree
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import frameworks
+from torch_tfrecord.data.frameworks import detect as frameworks
 
 ROOT = Path(__file__).resolve().parent.parent
 RECORDS = sum(SHARD_SIZES)

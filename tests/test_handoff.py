@@ -11,8 +11,8 @@ import torch.multiprocessing  # registers the tensor reductions with ForkingPick
 from torch.utils.data import DataLoader, IterableDataset
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import handoff as _handoff
-from torch_tfrecord.data.handoff import InlineBatch, RingBatch, pack_tensors
+from torch_tfrecord.data.transport import handoff as _handoff
+from torch_tfrecord.data.transport.handoff import InlineBatch, RingBatch, pack_tensors
 
 
 def _sent(batch: Any) -> Any:

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec import image_batch as _imagecodec
-from torch_tfrecord.data.handoff import pack_tensors
+from torch_tfrecord.data.transport.handoff import pack_tensors
 from torch_tfrecord.errors import FeatureTypeError, SpecError
 from torch_tfrecord.vision import decode_image
 

@@ -1,4 +1,4 @@
-"""Contract tests of the private internals torch_tfrecord.data.internals reads (torch's DataLoader
+"""Contract tests of the private internals torch_tfrecord.data.frameworks.internals reads (torch's DataLoader
 fetcher, Accelerate's wrappers): real loaders over a probe dataset that records what the module
 finds. They run in every stack of the compatibility matrix (.ci/compat.py), so a torch or
 Accelerate release that moves or changes one of them fails here, by name, rather than quietly
@@ -17,8 +17,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, default_convert, get_worker_info
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import fast_convert, internals
-from torch_tfrecord.data.frameworks import Wrapper
+from torch_tfrecord.data.frameworks import internals
+from torch_tfrecord.data.frameworks.detect import Wrapper
+from torch_tfrecord.data.transport import fast_convert
 
 B = 4
 N = 24
@@ -46,7 +47,7 @@ class Probe(IterableDataset[dict[str, int]]):
             "auto_collation": int(bool(getattr(fetcher, "auto_collation", False))),
             "default_convert": int(getattr(fetcher, "collate_fn", None) is default_convert),
         }
-        internals.use_fast_convert(fetcher)
+        internals.use_fast_convert(fetcher, fast_convert.convert)
         found["fast_convert"] = int(getattr(fetcher, "collate_fn", None) is fast_convert.convert)
         return self._samples(found)
 

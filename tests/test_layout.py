@@ -214,6 +214,25 @@ def test_imports_run_downward_and_siblings_stay_apart(graph: Graph) -> None:
     assert wrong == []
 
 
+def test_the_datasets_folders_import_downward(graph: Graph) -> None:
+    """Layer 3 is folders by concept (tests/layers.py ``DATA_SUBLAYERS``): each module is in one,
+    and imports its own sub-layer and those below, never above."""
+    wrong = []
+    for module, targets in graph.edges.items():
+        place = layers.data_sublayer(module)
+        if place is None:
+            continue
+        if place[0] < 0:
+            wrong.append(f"{module} is in no sub-layer of torch_tfrecord.data")
+        for target in targets:
+            target_place = layers.data_sublayer(target)
+            if target_place is not None and target_place[0] > place[0]:
+                wrong.append(f"{module} ({place[1]}) imports {target} ({target_place[1]})")
+    assert wrong == []
+    assert layers.data_sublayer("torch_tfrecord.data.order.plan") == (2, "order")
+    assert layers.data_sublayer("torch_tfrecord.data.somewhere_new") == (-1, "none")
+
+
 def test_the_checks_catch_an_import_from_above() -> None:
     assert layers.group_of("torch_tfrecord.records.reader") == (1, "records")
     assert layers.group_of("torch_tfrecord.data.dataset") == (3, "datasets")
@@ -298,7 +317,7 @@ def test_the_include_check_catches_an_include_from_above(tmp_path: Path) -> None
     upward = tmp_path / "upward.c"
     upward.write_text(f'#include "{ROOT / "torch_tfrecord" / "codec" / "_wire.h"}"\n#include <stdio.h>\n')
     sibling = tmp_path / "sibling.c"
-    sibling.write_text(f'#include "{ROOT / "torch_tfrecord" / "data" / "_permutation.h"}"\n')
+    sibling.write_text(f'#include "{ROOT / "torch_tfrecord" / "data" / "order" / "_permutation.h"}"\n')
     source = tmp_path / "source.c"
     source.write_text(f'#include "{records}"\n')
     groups = {upward: (1, "records"), sibling: (3, "vision"), source: (2, "codec")}
@@ -309,6 +328,6 @@ def test_the_include_check_catches_an_include_from_above(tmp_path: Path) -> None
     found = include_errors([upward, sibling, source], group)
     assert [line.split(" includes ")[1] for line in found] == [
         f"{ROOT / 'torch_tfrecord' / 'codec' / '_wire.h'} (codec, above records)",
-        f"{ROOT / 'torch_tfrecord' / 'data' / '_permutation.h'} (datasets, above vision)",
+        f"{ROOT / 'torch_tfrecord' / 'data' / 'order' / '_permutation.h'} (datasets, above vision)",
         f"{records}: not an existing header",
     ]

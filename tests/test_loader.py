@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_convert
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.fast_convert import convert
+from torch_tfrecord.data.transport.fast_convert import convert
 
 Point = collections.namedtuple("Point", ["x", "y"])
 

@@ -26,8 +26,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import byte_ring, loading_process
-from torch_tfrecord.data.loading_process import LoadingProcessError
+from torch_tfrecord.data.transport import byte_ring, loading_process
+from torch_tfrecord.data.transport.loading_process import LoadingProcessError
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="signals and /proc of a POSIX system")
 

@@ -18,10 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import manifest_files as manifest_files_module
 from torch_tfrecord.records import manifest as manifest_module
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.manifest import decode_manifest, read_manifest
+from torch_tfrecord.records.shards import manifest_shards as manifest_files_module
 
 SPEC = {"id": tt.FixedLen((), torch.int64)}
 
@@ -45,7 +45,7 @@ def _ids(dataset: tt.TFRecordDataset) -> list[int]:
 def test_a_writer_leaves_a_manifest_and_a_reader_starts_from_it(tmp_path: Path) -> None:
     paths = _write(tmp_path / "train")
     found = read_manifest(str(tmp_path / "train.manifest.json"))
-    assert found.shard_paths() == paths and [s.records for s in found.shards] == [25] * 4
+    assert list(found.paths) == paths and [s.records for s in found.shards] == [25] * 4
     assert [s.size for s in found.shards] == [os.path.getsize(p) for p in paths]
     assert found.tables == "train.manifest.tables.npz"
     for path in paths:  # the zipped tables stand in for the indexes: none is read
@@ -151,7 +151,7 @@ def test_the_command_line_writes_one_for_data_that_exists(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "4 shards, 100 records" in done.stdout
     found = read_manifest(str(tmp_path / "data" / "train.manifest.json"))
-    assert found.shard_paths() == paths and all(s.index.endswith(".idx") for s in found.shards)
+    assert list(found.paths) == paths and all(s.index.endswith(".idx") for s in found.shards)
 
 
 def _requests(proxy: Any) -> int:
@@ -293,7 +293,7 @@ def test_from_tfds_and_the_viewer_take_a_manifest(tmp_path: Path, monkeypatch: p
     assert [int(s["id"]) for s in described] == expected
     files, counts = expand_paths([str(folder / "all.manifest.json")])
     assert (
-        files == read_manifest(str(folder / "all.manifest.json")).shard_paths() and sum(counts.values()) > 0
+        files == list(read_manifest(str(folder / "all.manifest.json")).paths) and sum(counts.values()) > 0
     )
 
 
@@ -333,7 +333,7 @@ def test_a_manifest_round_trips_and_any_cut_of_it_is_refused_by_name(
     manifest = Manifest(location, entries, "train.manifest.tables.npz" if len(entries) % 2 else "")
     data = encode_manifest(manifest)
     assert decode_manifest(data, location) == manifest
-    assert all(path.startswith("memory://bucket/data/") for path in manifest.shard_paths())
+    assert all(path.startswith("memory://bucket/data/") for path in manifest.paths)
     if cut < len(data) - 2:  # a manifest cut short (its end is a newline after the closing brace)
         with pytest.raises(tt.IndexFormatError, match="train.manifest.json"):
             decode_manifest(data[:cut], location)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.mix_schedule import MixSchedule, locate, quotas
+from torch_tfrecord.data.order.mixing import MixSchedule, locate, quotas
 
 SIZES = {"web": 30, "books": 7, "code": 12}
 
@@ -134,7 +134,7 @@ def test_exact_proportions_equal_batches_and_each_source_once_per_pass(folder: P
 
 
 def test_a_mix_under_a_loader_without_batch_size_uses_the_fast_convert(folder: Path) -> None:
-    from torch_tfrecord.data.fast_convert import convert
+    from torch_tfrecord.data.transport.fast_convert import convert
 
     mixed = tt.mix(_sources(folder), WEIGHTS, samples_per_epoch=40, batch_size=4)
     loader = DataLoader(mixed, batch_size=None)

@@ -597,8 +597,8 @@ def test_software_crc_agrees(tmp_path: Path) -> None:
 def test_read_framed_in_one_call_equals_the_per_record_reads(
     id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torch_tfrecord.data import shard_pool
-    from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.shards import pool as shard_pool
+    from torch_tfrecord.records.shards.files import RecordFiles
 
     files = RecordFiles.from_sources(id_shards([5, 0, 9, 4]))
     rng = np.random.default_rng(1)
@@ -621,7 +621,7 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
     # The records of a batch that lie apart are copied from each file's mapping; without the
     # mappings every run is a pread, with the same bytes.
     assert files.pool.mapped() == 3  # the empty shard is not mapped
-    unmapped = RecordFiles(files.paths, files.tables)
+    unmapped = RecordFiles(files.shards)
     for ids in batches[:3] + batches[4:]:
         unmapped.read_framed(ids)
         unmapped.pool.maps = [None] * len(files.paths)
@@ -630,7 +630,7 @@ def test_read_framed_in_one_call_equals_the_per_record_reads(
         assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
     # More shards in a batch than stay open at once: the loop per shard reads it.
     monkeypatch.setitem(shard_pool.CAPS, "local", 2)
-    fewer = RecordFiles(files.paths, files.tables)
+    fewer = RecordFiles(files.shards)
     ids = np.array([17, 0, 6, 15, 1])
     buffer, starts, sizes = fewer.read_framed(ids)
     assert [bytes(buffer[a + 12 : a + z - 4]) for a, z in zip(starts, sizes)] == files.read(ids)
@@ -645,7 +645,7 @@ def _long_shard(path: Path, records: int = 600) -> Path:
 
 
 def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -> None:
-    from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.shards.files import RecordFiles
     from torch_tfrecord.records.sources import BatchReadFailed
 
     if _extension.compiled is None:
@@ -682,7 +682,7 @@ def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -
 
 _BUS_SCRIPT = """
 import faulthandler, mmap, numpy as np, os, signal, sys
-from torch_tfrecord.data.shards import RecordFiles
+from torch_tfrecord.records.shards.files import RecordFiles
 when, what, shard, other = sys.argv[1:]
 if when == "before":
     faulthandler.enable()
@@ -880,7 +880,7 @@ def test_empty_batch_decodes_alike(
 def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     id_shards: Callable[..., list[Path]],
 ) -> None:
-    from torch_tfrecord.data.shards import RecordFiles
+    from torch_tfrecord.records.shards.files import RecordFiles
     from torch_tfrecord.records.sources import BatchReadFailed
 
     paths = id_shards([4])
@@ -901,7 +901,7 @@ def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     with open(paths[0], "r+b") as handle:
         handle.truncate(indexed_size - 5)
     # The shard as the dataset saw it when it was built: the size it had when indexed.
-    shrunk = RecordFiles(files.paths, files.tables, specs=files.specs)
+    shrunk = RecordFiles(files.shards)
     with pytest.raises(BatchReadFailed):
         shrunk.read_framed([3])
     with pytest.raises(tt.StaleIndexError, match="shrank"):

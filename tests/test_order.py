@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord.data import permutation as native_order
-from torch_tfrecord.data.order import (
+from torch_tfrecord.data.order import permutation as native_order
+from torch_tfrecord.data.order.permutation import permute
+from torch_tfrecord.data.order.plan import (
     EpochPlan,
     Progress,
     WorkerSlice,
@@ -21,7 +22,6 @@ from torch_tfrecord.data.order import (
     merge_progress,
     rest_of_epoch,
 )
-from torch_tfrecord.data.permutation import permute
 from torch_tfrecord.support.seeds import mix_seed
 
 

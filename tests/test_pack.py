@@ -337,7 +337,7 @@ def test_damaged_records_skipped_are_counted_and_leave_the_rest_whole(tmp_path: 
 def test_a_lengths_cache_is_read_instead_of_the_records(
     shards: dict[str, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torch_tfrecord.data import sequence_lengths
+    from torch_tfrecord.data.grouping import lengths as sequence_lengths
 
     first = tt.pack(source(shards["short"]), LENGTH, batch_size=2, lengths_cache=tmp_path / "lengths")
     saved = list((tmp_path / "lengths").iterdir())

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord.data.bucket_plan import BucketOptions, plan_buckets
-from torch_tfrecord.data.groups import Groups
-from torch_tfrecord.data.packing_plan import PackOptions, pack_items, plan_packing
+from torch_tfrecord.data.grouping.buckets import BucketOptions, plan_buckets
+from torch_tfrecord.data.grouping.groups import Groups
+from torch_tfrecord.data.grouping.packing import PackOptions, pack_items, plan_packing
 from torch_tfrecord.support.extension import compiled
 
 METHODS = ["first_fit", "best_fit", "concat"]

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.prefetch import Prefetcher
+from torch_tfrecord.data.transport.prefetch import Prefetcher
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 

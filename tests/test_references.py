@@ -2,7 +2,7 @@
 ``:class:``, ``:meth:``, ``:data:``, ``:attr:`` or ``:exc:`` role names something that exists, so a
 module moved or renamed cannot leave a reference pointing at nothing.
 
-A name resolves as Sphinx would look for it: absolute (``torch_tfrecord.data.order.EpochPlan``),
+A name resolves as Sphinx would look for it: absolute (``torch_tfrecord.data.order.plan.EpochPlan``),
 relative to the module it is written in (``.order``, ``..errors.TFRecordError``), or, bare, in
 that module's namespace (or as an attribute of one of its classes); ``tt.`` stands for the package.
 """
@@ -161,7 +161,7 @@ def test_every_reference_in_the_docs_resolves() -> None:
 @pytest.mark.parametrize(
     ("name", "module", "package", "resolves"),
     [
-        ("torch_tfrecord.data.order.EpochPlan", None, False, True),
+        ("torch_tfrecord.data.order.plan.EpochPlan", None, False, True),
         (".order.EpochPlan", "torch_tfrecord.data.dataset", False, True),
         ("..errors.TFRecordError", "torch_tfrecord.data.dataset", False, True),
         (".epoch", "torch_tfrecord.data", True, True),

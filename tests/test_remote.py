@@ -575,7 +575,8 @@ def test_remote_files_in_use_are_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     request is counted, those made through a file let go while another thread still reads it too."""
     import fsspec.implementations.memory as memory
 
-    from torch_tfrecord.data import shard_pool, shards
+    from torch_tfrecord.records.shards import files as shards
+    from torch_tfrecord.records.shards import pool as shard_pool
 
     monkeypatch.setitem(shard_pool.CAPS, "remote", 3)
     paths = []

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec.inspect import describe_record
-from torch_tfrecord.data import conditions
+from torch_tfrecord.data.select import conditions
 from torch_tfrecord.records.reader import read_records
 from torch_tfrecord.viewer.query import parse_query
 
@@ -181,7 +181,7 @@ def test_a_manifest_a_records_files_part_and_compressed_shards(tmp_path: Path) -
     assert by_manifest == by_glob
     assert tt.TFRecordDataset(str(manifest), select=by_glob).num_records == len(by_glob)
     # Part of the files (as tt.from_tfds's split slices make them): byte ranges of the shards.
-    files = tt.TFRecordDataset(str(manifest)).files.select([(0, 10, 40), (2, 0, 5)])
+    files = tt.TFRecordDataset(str(manifest)).files.keep_ranges([(0, 10, 40), (2, 0, 5)])
     part = tt.select(files, where="label < 5")
     expected = [i for i, n in enumerate([*range(10, 40), *range(80, 85)]) if _record(n)["label"] < 5]
     assert part.record_ids().tolist() == expected

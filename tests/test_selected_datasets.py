@@ -27,7 +27,7 @@ from id_shards import write_id_shards
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.selected_files import SelectedFiles
+from torch_tfrecord.data.select.selected_files import SelectedFiles
 
 SIZES = (23, 0, 41, 17, 60)  # 141 records, uneven shards and an empty one
 TOTAL = sum(SIZES)
@@ -252,7 +252,7 @@ def test_reads_only_the_selected_records(shards: str, monkeypatch: pytest.Monkey
 def test_places_map_to_record_ids_and_out_of_range_places_are_refused(
     shards: str, compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torch_tfrecord.data import selected_files
+    from torch_tfrecord.data.select import selected_files
 
     if not compiled:
         monkeypatch.setattr(selected_files, "_native", None)

@@ -9,7 +9,7 @@ import torch
 from torch.utils.data._utils.collate import default_convert
 
 from torch_tfrecord import RowList
-from torch_tfrecord.data.fast_convert import convert
+from torch_tfrecord.data.transport.fast_convert import convert
 
 
 def test_a_mask_or_indices_select_rows() -> None:

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.shard_pool import ShardPool
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.entries import read_entries_at
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key
+from torch_tfrecord.records.shards.pool import ShardPool
 from torch_tfrecord.records.sources import (
     BatchReadFailed,
     CachedSource,

@@ -113,7 +113,7 @@ def test_write_then_read_gives_the_frame_back_and_the_manifest_its_shards(
     assert got == want
     assert got[3]["s"] is None and got[5]["maybe"] is None and got[4]["floats"] == []
     dataset = tt.TFRecordDataset(str(out), spec={"id": tt.FixedLen((), torch.int64), "label": "int"})
-    assert dataset.files.saved_spec == manifest["spec"]  # (the files came from the manifest)
+    assert dataset.files.feature_spec == manifest["spec"]  # (the files came from the manifest)
     assert sorted(int(sample["id"]) for sample in dataset) == list(range(N))
 
 
@@ -228,10 +228,10 @@ def test_tfrecorddataset_on_a_partitioned_write_reads_every_folder_without_its_c
     # The folder: every folder's shards, found by listing it (the datasets look for a manifest
     # beside the shards, and this one is above them: each shard's .idx is read instead).
     listed = tt.TFRecordDataset(str(out), spec=spec)
-    assert listed.files.saved_spec is None
+    assert listed.files.feature_spec is None
     # The manifest named: the same shards from it, with its saved spec.
     named = tt.TFRecordDataset(str(out / "part.manifest.json"), spec=spec)
-    assert named.files.saved_spec == _manifest(out)["spec"]
+    assert named.files.feature_spec == _manifest(out)["spec"]
     for dataset in (listed, named):
         samples = list(dataset)
         assert sorted(int(sample["id"]) for sample in samples) == list(range(N))

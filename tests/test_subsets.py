@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from id_shards import write_id_shards
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.id_sets import BitSet, IdSetParts, RunSet, compact, from_ids
-from torch_tfrecord.data.selection_file import MAGIC, ShardPrint, encode_selection
+from torch_tfrecord.data.select.id_sets import BitSet, IdSetParts, RunSet, compact, from_ids
+from torch_tfrecord.data.select.selection_file import MAGIC, ShardPrint, encode_selection
 
 SHARDS = (40, 0, 75, 33, 2)  # 150 records, an empty shard
 TOTAL = sum(SHARDS)

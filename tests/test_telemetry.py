@@ -24,10 +24,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import internals
-from torch_tfrecord.data.load_counters import SLOTS, buckets
-from torch_tfrecord.data.load_stats import BOTTLENECKS, WAIT_SHARE_NONE, summarize
-from torch_tfrecord.data.telemetry import ENV_VAR
+from torch_tfrecord.data.frameworks import internals
+from torch_tfrecord.data.telemetry.counters import SLOTS, buckets
+from torch_tfrecord.data.telemetry.shared import ENV_VAR
+from torch_tfrecord.data.telemetry.stats import BOTTLENECKS, WAIT_SHARE_NONE, summarize
 from torch_tfrecord.support import stages
 from torch_tfrecord.support.stages import (
     BUCKETS,

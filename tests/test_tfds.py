@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data.shards import RecordFiles
 from torch_tfrecord.integrations.tfds import UnsupportedFeatureError, boxes_to_xyxy, from_tfds, parse_split
 from torch_tfrecord.integrations.tfds.info import TFDSFormatError, resolve_version_dir
 from torch_tfrecord.integrations.tfds.splits import SplitError, SplitSlice, shard_ranges
+from torch_tfrecord.records.shards.files import RecordFiles
 
 DATA = Path(__file__).resolve().parent / "data" / "tfds"
 FEATURES = DATA / "golden_features" / "1.0.0"
@@ -243,16 +243,16 @@ def test_record_files_select_reads_ranges_and_fingerprints_them(tmp_path: Path) 
         for i in range(10):
             writer.write(b"%d" % i)
     files = RecordFiles.from_sources(writer.shard_paths)
-    part = files.select([(1, 1, 4), (0, 0, 2), (1, 4, 5)])
+    part = files.keep_ranges([(1, 1, 4), (0, 0, 2), (1, 4, 5)])
     assert part.shard_sizes == (3, 2, 1)
     assert part.read(np.arange(6)) == [b"6", b"7", b"8", b"0", b"1", b"9"]
-    other = files.select([(1, 2, 5), (0, 0, 2), (1, 4, 5)])
+    other = files.keep_ranges([(1, 2, 5), (0, 0, 2), (1, 4, 5)])
     assert part.fingerprint != other.fingerprint  # same counts, other records
-    assert files.select([(0, 0, 5), (1, 0, 5)]).fingerprint == files.fingerprint
+    assert files.keep_ranges([(0, 0, 5), (1, 0, 5)]).fingerprint == files.fingerprint
     with pytest.raises(ValueError, match="not within the 5 records"):
-        files.select([(0, 3, 6)])
+        files.keep_ranges([(0, 3, 6)])
     with pytest.raises(IndexError, match="shard 2 out of range"):
-        files.select([(2, 0, 1)])
+        files.keep_ranges([(2, 0, 1)])
 
 
 def test_versions_and_names_resolve(tmp_path: Path) -> None:

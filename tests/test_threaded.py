@@ -26,8 +26,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
-from torch_tfrecord.data import shard_pool
-from torch_tfrecord.data.threaded import OrderedThreads
+from torch_tfrecord.data.transport.threaded import OrderedThreads
+from torch_tfrecord.records.shards import pool as shard_pool
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 # -- OrderedThreads ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The layouts that pass Accelerate's wrappers intact (torch_tfrecord.data.wrapped): invariants,
+"""The layouts that pass Accelerate's wrappers intact (torch_tfrecord.data.frameworks.wrapped): invariants,
 and a model of the DataLoaderDispatcher's cut (concatenate world_size batches, slice them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord.data.wrapped import shard_runs, world_items, wrapped_len
+from torch_tfrecord.data.frameworks.wrapped import shard_runs, world_items, wrapped_len
 
 
 def _dispatched(stream: list[tuple[int, int]], world: int, batch: int) -> list[list[tuple[int, int]]]:

@@ -20,6 +20,7 @@ __all__ = [
     "SourceNotFoundError",
     "SpecError",
     "StaleIndexError",
+    "StaleShardError",
     "TFRecordError",
     "TruncatedRecordError",
     "UnsupportedVersionError",
@@ -56,6 +57,17 @@ class TruncatedRecordError(CorruptRecordError, EOFError):
 
 class StaleIndexError(TFRecordError, ValueError):
     """An index file does not describe its data file (appended, rewritten or another file)."""
+
+
+class StaleShardError(StaleIndexError):
+    """A shard is not what its manifest says (``what``: how it differs): the data changed since the
+    manifest was written."""
+
+    def __init__(self, manifest_location: str, path: str, what: str) -> None:
+        super().__init__(
+            f"{path!r} is not the shard manifest {manifest_location!r} describes: {what} (the data "
+            "changed since the manifest was written: write it again, `tfrecord-index manifest`)"
+        )
 
 
 class IndexFormatError(TFRecordError, ValueError):

@@ -1,7 +1,7 @@
 """Draws partition.svg: how one epoch's records are split over ranks and DataLoader workers.
 
 The picture is computed, not drawn by hand: every box comes from the dataset's own partition
-logic (torch_tfrecord.data.order: EpochPlan for the epoch's order and the ranks, WorkerSlice for the
+logic (torch_tfrecord.data.order.plan: EpochPlan for the epoch's order and the ranks, WorkerSlice for the
 workers), for 3 shards of 7, 5 and 6 records, 2 ranks, 2 workers each, batches of 2,
 shuffle="global", seed 0, epoch 0, drop_last=False. tests/test_docs.py checks that the committed
 SVG is what this script writes.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from torch_tfrecord.data.order import EpochPlan, Progress, WorkerSlice
+from torch_tfrecord.data.order.plan import EpochPlan, Progress, WorkerSlice
 
 SHARD_SIZES = (7, 5, 6)
 WORLD_SIZE = 2

@@ -84,7 +84,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from torch.utils.data import DataLoader
 
     from ..data.dataset import TFRecordDataset
-    from ..data.order import Shuffle
+    from ..data.order.plan import Shuffle
 
     if args.workers < 0 or args.threads < 0 or args.batch_size < 1 or args.seconds <= 0:
         raise ValueError("--workers and --threads must be >= 0, --batch-size >= 1 and --seconds > 0")

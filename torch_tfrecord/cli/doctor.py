@@ -158,7 +158,7 @@ def _cuda_nvjpeg() -> FastPath:
 
 
 def _frameworks() -> FastPath:
-    from ..data.frameworks import KNOWN_MAJORS
+    from ..data.frameworks.detect import KNOWN_MAJORS
 
     found: list[str] = []
     unknown: list[str] = []

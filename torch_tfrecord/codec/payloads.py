@@ -1,7 +1,7 @@
 """What the datasets make of a record's bytes: raw payloads and SequenceExamples.
 
 Examples are the datasets' default and their fast path
-(:class:`~torch_tfrecord.data.pipeline.BatchDecoder` decodes them itself). The other kinds of
+(:class:`~torch_tfrecord.data.decoding.BatchDecoder` decodes them itself). The other kinds of
 record are a :class:`Payload`: it turns a batch of records into columns, and splits columns
 back into samples.
 

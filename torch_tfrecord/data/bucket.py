@@ -17,15 +17,15 @@ import torch
 
 from ..codec.payloads import LENGTHS_KEY
 from ..records.io import PathLike
-from .bucket_plan import BucketedEpoch, BucketOptions, plan_buckets
-from .collate import collate_columns
-from .epoch import DEFAULT_PREFETCH, EpochDataset
-from .frameworks import Wrapper
-from .grouped import GroupedDataset
-from .groups import Groups, Int64Array
-from .packed_rows import sample_columns
-from .pipeline import PADDING_KEY
-from .sequence_lengths import TokenColumn, token_column
+from .decoding import PADDING_KEY
+from .epoch.driver import DEFAULT_PREFETCH, EpochDataset
+from .frameworks.detect import Wrapper
+from .grouping.buckets import BucketedEpoch, BucketOptions, plan_buckets
+from .grouping.group_datasets import GroupedDataset
+from .grouping.groups import Groups, Int64Array
+from .grouping.lengths import TokenColumn, token_column
+from .grouping.packed_rows import sample_columns
+from .transport.collate import collate_columns
 
 __all__ = ["BucketStats", "BucketedDataset", "bucket"]
 

@@ -17,16 +17,18 @@ import numpy.typing as npt
 from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
-from .cache_plan import ReadSchedule
-from .epoch import DEFAULT_PREFETCH, EpochDataset
-from .load_stats import LoadStats
-from .order import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
-from .pipeline import SeededTransform, check_transform_threads, decoder_for, transformed
-from .selected_files import Subset, selected_files
-from .selection import Selection
-from .shard_index import IndexArg
-from .shards import CacheDir, RecordFiles, record_files
-from .world import resolve_world
+from ..records.shards.files import RecordFiles, record_files
+from ..records.shards.index import IndexArg
+from ..records.shards.resolve import CacheDir
+from .decoding import SeededTransform, check_transform_threads, decoder_for, transformed
+from .epoch.driver import DEFAULT_PREFETCH, EpochDataset
+from .epoch.world import resolve_world
+from .order.plan import EpochPlan, Progress, Shuffle, WorkerSlice, block_size
+from .order.schedule import ReadSchedule
+from .select.selected_files import selected_files
+from .select.selection import Selection
+from .select.subsets import Subset
+from .telemetry.stats import LoadStats
 
 __all__ = ["TFRecordDataset"]
 
@@ -46,7 +48,7 @@ class TFRecordDataset(EpochDataset):
     Args:
         sources: files, globs, directories or URLs such as ``"s3://bucket/train-*.tfrecord"``
             (sorted, so every rank sees the same list), or a
-            :class:`~torch_tfrecord.data.shards.RecordFiles` (e.g. a selection of records).
+            :class:`~torch_tfrecord.records.shards.files.RecordFiles` (e.g. a selection of records).
         select: read only the records of a selection: a selection file's path (made by
             :func:`torch_tfrecord.select` or ``tfrecord-index select``) or a
             :class:`~torch_tfrecord.Selection`, made for these shards (a selection of other or
@@ -67,7 +69,7 @@ class TFRecordDataset(EpochDataset):
             (see :class:`torch_tfrecord.codec.payloads.SequencePayload`).
         index: where the indexes are: None (``<path>.idx`` when it exists, which must be fresh,
             else the file is scanned once in memory), a pattern like ``"/idx/{name}.idx"``, a
-            mapping or a function; see :data:`torch_tfrecord.data.shards.IndexArg`.
+            mapping or a function; see :data:`torch_tfrecord.records.shards.files.IndexArg`.
         shuffle: ``"global"`` (a permutation of all records), ``"shards"`` (shard order
             shuffled, records in file order: for slow storage), ``"block:K"`` (shard order
             shuffled, records permuted within each window of K consecutive records: random

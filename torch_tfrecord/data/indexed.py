@@ -12,14 +12,16 @@ from torch.utils.data import Dataset
 
 from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
+from ..records.shards.files import RecordFiles, record_files
+from ..records.shards.index import IndexArg
+from ..records.shards.resolve import CacheDir
 from ..support.seeds import mix_seed
-from .pipeline import SeededTransform, decoder_for
-from .selected_files import Subset, selected_files
-from .selection import Selection
-from .shard_index import IndexArg
-from .shards import CacheDir, RecordFiles, record_files
-from .workers import end_with_parent
-from .world import SharedEpoch
+from .decoding import SeededTransform, decoder_for
+from .epoch.world import SharedEpoch
+from .select.selected_files import selected_files
+from .select.selection import Selection
+from .select.subsets import Subset
+from .transport.workers import end_with_parent
 
 __all__ = ["IndexedTFRecordDataset"]
 

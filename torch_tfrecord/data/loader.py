@@ -4,7 +4,7 @@ A dataset of samples learns the DataLoader's batch size (so that each worker rea
 batches and every rank gets as many) from torch's private fetcher (:mod:`.internals`); this
 builds the loader and gives the dataset ``loader_batch_size`` instead, so nothing depends on
 torch's internals. It also picks what each mode needs: ``batch_size=None`` for a dataset that
-makes its own batches, :func:`~torch_tfrecord.data.collate.collate` for one of samples.
+makes its own batches, :func:`~torch_tfrecord.data.transport.collate.collate` for one of samples.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from .collate import collate
-from .epoch import EpochDataset
+from .epoch.driver import EpochDataset
+from .transport.collate import collate
 
 __all__ = ["loader"]
 

@@ -1,7 +1,7 @@
 """Weighted mixing of datasets: ``tt.mix({"web": web, "books": books}, weights={...})``.
 
 Wiring only: :mod:`.mix_schedule` decides which source and item each place of an epoch takes,
-:class:`~torch_tfrecord.data.order.EpochPlan` splits the places over ranks and workers, the sources
+:class:`~torch_tfrecord.data.order.plan.EpochPlan` splits the places over ranks and workers, the sources
 read and decode their records, and :mod:`.epoch` drives the epochs as it does for every dataset.
 """
 
@@ -15,13 +15,13 @@ import numpy as np
 import torch
 
 from .dataset import TFRecordDataset
-from .epoch import DEFAULT_PREFETCH, EpochDataset
-from .frameworks import Wrapper
-from .load_stats import LoadStats
-from .mix_schedule import MixSchedule, locate, quotas
-from .order import EpochPlan
-from .resume import Resume, wrapped_splits
-from .world import resolve_world
+from .epoch.driver import DEFAULT_PREFETCH, EpochDataset
+from .epoch.world import resolve_world
+from .frameworks.detect import Wrapper
+from .order.mixing import MixSchedule, locate, quotas
+from .order.plan import EpochPlan
+from .order.resume import Resume, wrapped_splits
+from .telemetry.stats import LoadStats
 
 __all__ = ["SOURCE_KEY", "MixedDataset", "mix"]
 

@@ -17,12 +17,12 @@ import numpy.typing as npt
 import torch
 
 from ..records.io import PathLike
-from .epoch import DEFAULT_PREFETCH, EpochDataset
-from .grouped import GroupedDataset, Pieces
-from .groups import Groups, Int64Array
-from .packed_rows import assemble_rows, output_keys, sample_columns
-from .packing_plan import Method, PackedEpoch, PackOptions, plan_packing
-from .pipeline import PADDING_KEY
+from .decoding import PADDING_KEY
+from .epoch.driver import DEFAULT_PREFETCH, EpochDataset
+from .grouping.group_datasets import GroupedDataset, Pieces
+from .grouping.groups import Groups, Int64Array
+from .grouping.packed_rows import assemble_rows, output_keys, sample_columns
+from .grouping.packing import Method, PackedEpoch, PackOptions, plan_packing
 
 __all__ = ["PackStats", "PackedDataset", "pack"]
 

@@ -26,9 +26,7 @@ import numpy.typing as npt
 from ..codec.decode import decode_batch
 from ..codec.payloads import Payload
 from ..codec.spec import FeatureSpec
-from ..data.manifest_files import find_manifest
-from ..data.pipeline import BatchDecoder
-from ..data.shards import RecordFiles
+from ..data.decoding import BatchDecoder
 from ..errors import ExampleDecodeError, FeatureError, IndexFormatError, TFRecordError
 from ..records.index import default_index_path, load_index
 from ..records.io import (
@@ -43,6 +41,8 @@ from ..records.io import (
 )
 from ..records.manifest import MANIFEST_SUFFIX, Manifest, read_manifest, read_tables
 from ..records.reader import OnError, read_records
+from ..records.shards.files import RecordFiles
+from ..records.shards.manifest_shards import find_manifest
 
 __all__ = [
     "DecodeOptions",
@@ -180,7 +180,7 @@ def plan_read(sources: PathLike | Sequence[PathLike], storage_options: StorageOp
     listing = None if any(name.endswith(".manifest.json") for name in named) else list_sources(named, options)
     manifest = find_manifest(named, listing, options) or _manifest_of_folder(named, listing, options)
     if manifest is not None:
-        paths = manifest.shard_paths()
+        paths = list(manifest.paths)
         loaded = read_tables(manifest, options)
         tables: list[npt.NDArray[np.int64] | None] = (
             list(loaded) if loaded is not None else [None] * len(paths)
@@ -227,7 +227,7 @@ def _manifest_of_folder(
         except (OSError, IndexFormatError) as error:
             logger.info("%r is not used: %s", candidate, error)
             continue
-        if sorted(manifest.shard_paths()) == listing.paths:
+        if sorted(manifest.paths) == listing.paths:
             logger.info("read the shards' sizes and counts from %r", candidate)
             return manifest
     return None
@@ -305,7 +305,7 @@ def read_range(rng: RecordRange, options: DecodeOptions) -> Iterator[Decoded]:
         yield from _read_whole(rng.path, options)
         return
     table = _table(rng, options)
-    files = RecordFiles([rng.path], [table], options.storage_options)
+    files = RecordFiles.of_tables([rng.path], [table], options.storage_options)
     decoder = BatchDecoder(
         files, options.spec, verify_crc=options.verify_crc, on_error=options.on_error, payload=options.payload
     )

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import IndexFormatError, StaleIndexError
+from ..errors import IndexFormatError, StaleShardError
 from . import remote
 from .atomic import atomic_write
 from .io import StorageOptions, file_size, is_url, local_path
@@ -44,7 +44,6 @@ __all__ = [
     "manifest_for",
     "read_manifest",
     "read_tables",
-    "stale_shard",
     "write_manifest",
     "write_shards_manifest",
 ]
@@ -80,28 +79,33 @@ class ManifestShard:
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
-    """A dataset's shards, read from (or to be written to) ``location``."""
+    """A dataset's shards, read from (or to be written to) ``location``.
+
+    Attributes:
+        paths: each shard's path or URL (its name joined to the manifest's folder).
+        index_paths: each shard's index file, joined likewise (None for none).
+        tables_path: the zipped tables', joined likewise (None for none).
+    """
 
     location: str
     shards: tuple[ManifestShard, ...]
     tables: str = ""
     spec: dict[str, Any] | None = None
+    paths: tuple[str, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    index_paths: tuple[str | None, ...] = dataclasses.field(init=False, repr=False, compare=False)
+    tables_path: str | None = dataclasses.field(init=False, repr=False, compare=False)
 
-    def _join(self, name: str) -> str:
-        folder = self.location.rsplit("/", 1)[0] if is_url(self.location) else os.path.dirname(self.location)
-        if is_url(self.location):
-            return f"{folder}/{name}"
-        return os.path.join(folder, *name.split("/"))
+    def __post_init__(self) -> None:
+        url = is_url(self.location)
+        folder = self.location.rsplit("/", 1)[0] if url else os.path.dirname(self.location)
 
-    def shard_paths(self) -> list[str]:
-        return [self._join(shard.name) for shard in self.shards]
+        def join(name: str) -> str:
+            return f"{folder}/{name}" if url else os.path.join(folder, *name.split("/"))
 
-    def index_path(self, shard: int) -> str | None:
-        name = self.shards[shard].index
-        return self._join(name) if name else None
-
-    def tables_path(self) -> str | None:
-        return self._join(self.tables) if self.tables else None
+        object.__setattr__(self, "paths", tuple(join(shard.name) for shard in self.shards))
+        indexes = tuple(join(shard.index) if shard.index else None for shard in self.shards)
+        object.__setattr__(self, "index_paths", indexes)
+        object.__setattr__(self, "tables_path", join(self.tables) if self.tables else None)
 
 
 def is_manifest(path: str) -> bool:
@@ -212,7 +216,7 @@ def read_tables(
     Raises:
         IndexFormatError: the tables file is damaged or describes other shards.
     """
-    path = manifest.tables_path()
+    path = manifest.tables_path
     if path is None:
         return None
     if is_url(path):
@@ -241,14 +245,6 @@ def read_tables(
     return tables
 
 
-def stale_shard(manifest_location: str, path: str, what: str) -> StaleIndexError:
-    """The error for a shard that is not what its manifest says (``what``: how it differs)."""
-    return StaleIndexError(
-        f"{path!r} is not the shard manifest {manifest_location!r} describes: {what} (the data changed "
-        "since the manifest was written: write it again, `tfrecord-index manifest`)"
-    )
-
-
 WHOLE_BYTES = 64 << 10
 """A remote shard of a manifest (read without the cache) of at most this many bytes, whose version
 the manifest does not know, is fetched whole when opened, by one request that also says its size:
@@ -270,16 +266,16 @@ def check_remote_shard(
         got = file.read_whole()
         if got != size:
             now = f"{got} bytes" if got < size else f"more than {size} bytes"
-            raise stale_shard(manifest_location, path, f"{now}, not {size}")
+            raise StaleShardError(manifest_location, path, f"{now}, not {size}")
         return
     if file.counter is not None:
         file.counter.add(1)
     info = remote.file_info(path, file.storage_options)
     found = file_version(info)
     if int(info["size"]) != size:
-        raise stale_shard(manifest_location, path, f"{info['size']} bytes, not {size}")
+        raise StaleShardError(manifest_location, path, f"{info['size']} bytes, not {size}")
     if version and found and found != version:
-        raise stale_shard(manifest_location, path, f"version {found!r}, not {version!r}")
+        raise StaleShardError(manifest_location, path, f"version {found!r}, not {version!r}")
 
 
 def write_manifest(

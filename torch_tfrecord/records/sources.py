@@ -40,6 +40,7 @@ __all__ = [
     "ShardSpec",
     "Storage",
     "open_source",
+    "shard_kind",
     "shard_specs",
 ]
 
@@ -107,6 +108,12 @@ class Storage:
         return self.now
 
 
+def shard_kind(path: str, cache: ShardCache | None) -> ShardKind:
+    """What a shard is read as: a local file, a remote object read by ranges, or one fetched whole
+    into the node's cache (the one place this is decided)."""
+    return "local" if not is_url(path) else "cached" if cache is not None else "remote"
+
+
 def shard_specs(
     paths: Sequence[str],
     compressed: Sequence[CompressedIndex | None],
@@ -135,7 +142,7 @@ def shard_specs(
         index = compressed[i]
         info = found.get(i)
         stored = int(info["size"]) if info is not None else (-1 if is_url(path) else file_size(path))
-        kind: ShardKind = "local" if not is_url(path) else "cached" if cache is not None else "remote"
+        kind = shard_kind(path, cache)
         size = index.uncompressed_size if index is not None else stored
         version = file_version(info) if info is not None else ""
         specs.append(ShardSpec(path, size, kind, version, stored, index))

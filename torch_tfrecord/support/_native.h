@@ -6,9 +6,9 @@
  * The module is one shared object compiled from one C file per concern, each beside the Python
  * layer that calls it: records/_framing.c (CRC32C, the plain reader's framing loop),
  * records/_index.c (the offset index's text), records/_gather.c (batch reads of file regions),
- * codec/_wire.c (the Example wire decoder), data/_permutation.c (the shuffles' permutation),
- * data/_byte_ring.c (bytes values into a worker's ring slot), data/_packing.c (token sequences
- * packed into rows), data/_id_lookup.c (a selection's places to record ids). A part includes headers of its own
+ * codec/_wire.c (the Example wire decoder), data/order/_permutation.c (the shuffles' permutation),
+ * data/transport/_byte_ring.c (bytes values into a worker's ring slot), data/grouping/_packing.c (token sequences
+ * packed into rows), data/select/_id_lookup.c (a selection's places to record ids). A part includes headers of its own
  * layer and the layers below only (tests/test_layout.py checks it, as for the Python modules);
  * torch_tfrecord/_native_module.c, above every layer, joins them: it calls each part's
  * `<part>_init(module)`, which adds the part's functions and named constants (the status codes

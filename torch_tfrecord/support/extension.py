@@ -5,7 +5,7 @@
 whose results could differ: the decoder (:mod:`torch_tfrecord.codec.native`) and the plain record
 reader (:mod:`torch_tfrecord.records.scan`, and its reads by index entry,
 :mod:`torch_tfrecord.records.entry_batches`). Those that compute the same values either way use it
-whenever it is built: the shuffles' permutation (:mod:`torch_tfrecord.data.order`, which tests
+whenever it is built: the shuffles' permutation (:mod:`torch_tfrecord.data.order.plan`, which tests
 compare with its numpy twin) and the index parser (:mod:`torch_tfrecord.records.index`). This module
 imports nothing heavy (the CLIs read without torch).
 

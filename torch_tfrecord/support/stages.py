@@ -1,5 +1,5 @@
 """Where loading spends its time, per thread, for two clock reads a stage: the counters behind
-``dataset.stats()`` (:mod:`torch_tfrecord.data.telemetry` shares them between processes).
+``dataset.stats()`` (:mod:`torch_tfrecord.data.telemetry.shared` shares them between processes).
 
 Each stage (reading, a remote fetch, inflating, decoding Examples, decoding images, the user's
 transform, the hand-off from a worker) is timed where it runs::

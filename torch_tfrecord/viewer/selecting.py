@@ -3,9 +3,9 @@ kept as a selection file that a dataset then reads (``select=``).
 
 A filter is written in the viewer's language (:mod:`.query`), so the viewer's filter page, the
 command line (``tfrecord-index select``) and Python select the same records; its clauses are
-tested on decoded columns (:mod:`torch_tfrecord.data.conditions`: only their features decoded),
+tested on decoded columns (:mod:`torch_tfrecord.data.select.conditions`: only their features decoded),
 plain words as the viewer searches them (every feature read). The scan itself is
-:mod:`torch_tfrecord.data.select_scan`'s.
+:mod:`torch_tfrecord.data.select.scan`'s.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec.inspect import describe_record
-from ..data.select_scan import Progress, RecordTest, scan_selection, scan_shards
-from ..data.selection import Selection
-from ..data.shard_index import IndexArg
-from ..data.shards import RecordFiles
+from ..data.select.scan import Progress, RecordTest, scan_selection, scan_shards
+from ..data.select.selection import Selection
 from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions, is_url, local_path
+from ..records.shards.files import RecordFiles
+from ..records.shards.index import IndexArg
 from .query import Query, parse_query
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ def select(
         raise ValueError("give where= (a filter) or predicate= (a function of a sample), one of them")
     if out is not None:
         _check_out(os.fspath(out))
-    from ..data.conditions import Condition, ConditionTest, PredicateTest, feature_types
+    from ..data.select.conditions import Condition, ConditionTest, PredicateTest, feature_types
 
     shards = scan_shards(sources, index, storage_options)
     test: RecordTest

@@ -29,14 +29,14 @@ from ...codec.decode import SpecArg, decode_batch
 from ...codec.payloads import Payload, payload_for
 from ...codec.schema import sample_dtypes
 from ...codec.spec import FeatureSpec, normalize_spec
-from ...data.pipeline import BatchDecoder
-from ...data.shard_index import IndexArg, resolve_index
-from ...data.shards import RecordFiles
+from ...data.decoding import BatchDecoder
 from ...errors import ExampleDecodeError, FeatureError, TFRecordError
 from ...records.compressed.index import CompressedIndex
 from ...records.index import default_index_path, load_index
 from ...records.io import PathLike, StorageOptions, exists, expand_sources, file_size, resolve_compression
 from ...records.reader import OnError, read_records
+from ...records.shards.files import RecordFiles
+from ...records.shards.index import IndexArg, resolve_index
 from ..ranges import decodable_records, plan_runs
 from ._arrow import columns_to_table, payload_table
 
@@ -93,7 +93,7 @@ class _ReadRun:
 
     def __call__(self) -> Iterator[pa.Table]:
         options = self.options
-        files = RecordFiles(self.paths, self.tables, options.storage_options)
+        files = RecordFiles.of_tables(self.paths, self.tables, options.storage_options)
         decoder = BatchDecoder(
             files,
             options.spec,
@@ -343,7 +343,7 @@ def read_tfrecords(
         sequence_spec: the feature lists (FixedLenSequence or VarLen): each a list column of the
             row's steps, unpadded (a fixed-shape numeric step a fixed-size list, a VarLen step
             a list); the step counts are the lists' lengths.
-        index: where the indexes are (see :data:`torch_tfrecord.data.shards.IndexArg`). None:
+        index: where the indexes are (see :data:`torch_tfrecord.records.shards.files.IndexArg`). None:
             ``<path>.idx`` when it exists (it must describe its file); a file with none, or
             a compressed one, is read whole by one task.
         verify_crc: check both CRCs of every record.

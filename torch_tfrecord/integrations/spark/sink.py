@@ -264,7 +264,7 @@ class TFRecordWriter(DataSourceArrowWriter):  # type: ignore[misc]
     def _old_shards(self) -> list[str]:
         if not self.overwrite or not exists(self.manifest, self.options.storage_options):
             return []
-        return read_manifest(self.manifest, self.options.storage_options).shard_paths()
+        return list(read_manifest(self.manifest, self.options.storage_options).paths)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         self._remove_leftovers()

@@ -373,7 +373,7 @@ def expand_with_tfds(
             from ...records.manifest import read_manifest
 
             manifest = read_manifest(path, storage_options)
-            shards = manifest.shard_paths()
+            shards = list(manifest.paths)
             files.extend(shards)
             expected.update(zip(shards, (shard.records for shard in manifest.shards), strict=True))
             continue

@@ -15,10 +15,10 @@ from typing import Any
 from ...codec.tf_jpeg import DCT
 from ...data.dataset import TFRecordDataset
 from ...data.indexed import IndexedTFRecordDataset
-from ...data.manifest_files import manifest_covering, manifest_files
-from ...data.shard_index import IndexArg, resolve_index
-from ...data.shards import CacheDir, RecordFiles, make_cache
 from ...records.io import StorageOptions
+from ...records.shards.files import RecordFiles
+from ...records.shards.index import IndexArg
+from ...records.shards.resolve import CacheDir, resolve_paths
 from .decoder import FeatureDecoder
 from .features import ClassLabel, Feature, FeaturesDict, Image, Sequence, parse_features
 from .info import DatasetInfo, TFDSFormatError, read_info, read_lines, resolve_version_dir
@@ -86,23 +86,11 @@ def split_files(
         if (piece.split, piece.shard) not in places:
             places[(piece.split, piece.shard)] = len(paths)
             paths.append(info.shard_paths(piece.split)[piece.shard])
-    cache = make_cache(paths, cache_dir, cache_limit)
-    manifest = manifest_covering(paths, storage_options) if index is None else None
-    if manifest is not None:  # (written by `tfrecord-index manifest`): no shard read to start
-        found = manifest_files(manifest, storage_options, cache)
-        at = {path: number for number, path in enumerate(found.paths)}
-        picks = [at[path] for path in paths]
-        files = RecordFiles(
-            paths,
-            [found.tables[i] for i in picks],
-            storage_options,
-            cache,
-            specs=[found.specs[i] for i in picks],
-            counts=[found.counts[i] for i in picks],
+    files = RecordFiles(
+        resolve_paths(
+            paths, index=index, storage_options=storage_options, cache_dir=cache_dir, cache_limit=cache_limit
         )
-    else:
-        indexes = [resolve_index(path, index, storage_options, "raise", cache) for path in paths]
-        files = RecordFiles(paths, indexes, storage_options, cache)
+    )
     for (name, shard), place in places.items():
         expected = info.splits[name].shard_lengths[shard]
         if files.counts[place] != expected:
@@ -110,7 +98,7 @@ def split_files(
                 f"{paths[place]!r} holds {files.counts[place]} records, but dataset_info.json says "
                 f"{expected} (split {name!r}, shard {shard})"
             )
-    return files.select([(places[(p.split, p.shard)], p.start, p.stop) for p in ranges])
+    return files.keep_ranges([(places[(p.split, p.shard)], p.start, p.stop) for p in ranges])
 
 
 class TFDSTransform:
