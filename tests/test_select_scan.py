@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec.inspect import describe_record
+from torch_tfrecord.codec.query import parse_query
 from torch_tfrecord.data import conditions
 from torch_tfrecord.records.reader import read_records
-from torch_tfrecord.viewer.query import parse_query
 
 WORDS = ["dog", "Dog house", "cat", "3", "10", "", "zebra"]
 SIZES = (30, 0, 45, 25)  # 100 records

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_tfrecord.viewer.query import MAX_QUERY, QueryError, parse_query
+from torch_tfrecord.codec.query import MAX_QUERY, QueryError, parse_query
 
 RECORD = {
     "label": ("int64", [3]),

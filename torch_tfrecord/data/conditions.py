@@ -1,7 +1,7 @@
 """The tests of a selection's scan that decode records: filter clauses (``label == 3``, ``text ~
 dog``) on decoded columns, a batch at a time, and Python predicates over decoded samples.
 
-The meaning is the viewer's filter's (:mod:`torch_tfrecord.viewer.query`), clause for clause: a
+The meaning is the viewer's filter's (:mod:`torch_tfrecord.codec.query`), clause for clause: a
 list feature passes when any of its values does, a record without the feature does not; text is
 compared as text (a number as its text), ``~`` is "contains" (without case for text); numbers are
 compared as numbers. Only the clauses' features are decoded. A clause that names no feature of the

@@ -18,13 +18,13 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec.inspect import describe_record
+from ..codec.query import Query, parse_query
 from ..data.select_scan import Progress, RecordTest, scan_selection, scan_shards
 from ..data.selection import Selection
 from ..data.shard_index import IndexArg
 from ..data.shards import RecordFiles
 from ..errors import SelectionError
 from ..records.io import PathLike, StorageOptions, is_url, local_path
-from .query import Query, parse_query
 
 if TYPE_CHECKING:
     from ..codec.decode import SpecArg

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from ..codec.filters import COMPARE as _COMPARE
-from ..codec.filters import number_text as _number_text
 from ..errors import TFRecordError
+from .filters import COMPARE as _COMPARE
+from .filters import number_text as _number_text
 
 __all__ = ["MAX_QUERY", "Query", "QueryError", "parse_query"]
 
