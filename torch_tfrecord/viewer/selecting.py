@@ -113,7 +113,7 @@ def select(
         raise ValueError("give where= (a filter) or predicate= (a function of a sample), one of them")
     if out is not None:
         _check_out(os.fspath(out))
-    from ..data.conditions import Condition, ConditionTest, PredicateTest, feature_types
+    from ..data.conditions import ConditionTest, PredicateTest, feature_types
 
     shards = scan_shards(sources, index, storage_options)
     test: RecordTest
@@ -122,8 +122,7 @@ def select(
         if query.words:  # searched as the viewer searches: every key and text value
             test = QueryTest(query)
         else:
-            clauses = [Condition(clause.key, clause.op, clause.value) for clause in query.clauses]
-            test = ConditionTest(clauses, feature_types(shards, spec, storage_options))
+            test = ConditionTest(query, feature_types(shards, spec, storage_options))
     else:
         assert predicate is not None
         test = PredicateTest(predicate, spec)
