@@ -1,5 +1,5 @@
-"""What a filter clause means for one feature value, the same wherever a filter runs: the viewer's
-page (:mod:`torch_tfrecord.codec.query`) and a selection's scan (:mod:`torch_tfrecord.data.conditions`).
+"""What a filter clause (:mod:`torch_tfrecord.codec.query`) means for one feature value, the same
+wherever a filter runs: the viewer's page and a selection's scan (:mod:`torch_tfrecord.data.conditions`).
 
 A number is compared with a number as numbers, text with text as text; a number in a text clause
 is its text (``3.0`` is ``"3"``). Pure, and free of torch: the viewer runs without it.

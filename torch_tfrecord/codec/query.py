@@ -1,7 +1,9 @@
-"""The filter language: ``label == 3``, ``label in [1, 7]``, ``text ~ dog and not score < 0.5``,
-``(label == 1 or label == 7) and image/height >= 256``, or plain words to search for in keys and
-text values. A list feature matches when any of its values does; a record without the feature
-matches no comparison (so ``not label == 3`` passes it).
+"""The filter language: ``label in [1, 7] and not text ~ dog``, ``(score > 0.5 or id == 3)``, or
+plain words to search for in keys and text values.
+
+``not`` binds tighter than ``and``, ``and`` than ``or``. A list feature matches a comparison when
+any of its values does; a record without the feature matches none (so ``not label == 3`` passes
+it).
 
 Pure, and free of torch: a filter is parsed once into a tree (:class:`Clause`, :class:`Search`,
 :class:`AllOf`, :class:`AnyOf`, :class:`Not`) that the viewer matches on described records and a

@@ -1,10 +1,11 @@
 """``tt.select``: the records of some shards that a filter or a predicate passes, scanned once and
 kept as a selection file that a dataset then reads (``select=``).
 
-A filter is written in the viewer's language (:mod:`.query`), so the viewer's filter page, the
-command line (``tfrecord-index select``) and Python select the same records; its clauses are
-tested on decoded columns (:mod:`torch_tfrecord.data.conditions`: only their features decoded),
-plain words as the viewer searches them (every feature read). The scan itself is
+A filter is written in the filter language (:mod:`torch_tfrecord.codec.query`), so the viewer's
+filter page, the command line (``tfrecord-index select``) and Python select the same records; its
+clauses are tested on decoded columns (:mod:`torch_tfrecord.data.conditions`: only their features
+decoded, combined by its ``and``, ``or`` and ``not``), and a filter with plain words as the viewer
+searches it (every feature read). The scan itself is
 :mod:`torch_tfrecord.data.select_scan`'s.
 """
 
@@ -82,11 +83,13 @@ def select(
     Args:
         sources: files, globs, directories, URLs or a manifest, as a dataset takes them (or a
             dataset's ``files``).
-        where: a filter in the viewer's language: ``"label == 3 and image/height >= 256"``
-            (``== != < <= > >=``, ``~`` for "contains"; a list feature passes when any value
-            does). Only the features it names are decoded; their types come from the first
-            1,000 records (or ``spec``, for a feature few records set). Plain words (no
-            operator) search every key and text value, as the viewer does: every feature is read.
+        where: a filter: ``"label == 3 and image/height >= 256"``, ``"label in [1, 7] or not
+            text ~ dog"`` (``== != < <= > >=``, ``~`` for "contains", ``key in [a, b]``; ``not``,
+            ``and``, ``or`` and parentheses; a list feature passes when any value does, a record
+            without the feature passes no comparison). Only the features it names are decoded;
+            their types come from the first 1,000 records (or ``spec``, for a feature few
+            records set). Plain words (no operator) search every key and text value, as the
+            viewer does: every feature is read.
         predicate: instead of ``where``, a function of a decoded sample (decoded by ``spec``;
             every feature as a VarLen when None) that returns whether to keep it.
         spec: the features' specs (see above).
