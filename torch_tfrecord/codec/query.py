@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import TFRecordError
 from .filters import COMPARE as _COMPARE
@@ -170,8 +170,7 @@ def _walk(node: Node) -> Iterator[Node]:
             yield from _walk(part)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Token:
+class _Token(NamedTuple):
     kind: str  # "word", "quoted", "op", "(", ")", "[", "]", ",", "end"
     text: str
     start: int
