@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 from ..errors import TFRecordError
 from .filters import COMPARE as _COMPARE
@@ -264,7 +264,7 @@ class _Parser:
             self.fail(token, "and, or, or the end of the filter (quote a value that holds brackets)")
         return node
 
-    def fail(self, token: _Token, expected: str, found: bool = True) -> None:
+    def fail(self, token: _Token, expected: str, found: bool = True) -> NoReturn:
         what = f"expected {expected}" + (f", found {token.shown()}" if found else "")
         raise _error(self.text, token.start, what)
 
