@@ -18,8 +18,13 @@ costs beside counting the records.
    function; the command lines' start-up is the same for both and left out): without indexes
    (``count`` walks every record's header: it reads the records) and with them (``count`` reads
    only the indexes). The best of ``--repeats`` rounds, after a warm-up.
+3. Filters with ``or``, ``in``, ``not`` and parentheses: ``tt.select`` over part 2's files (with
+   their indexes) beside ``where="label == 3"`` in the same round, and the parse of filters of
+   ``MAX_QUERY`` characters beside filters of a quarter of that (one pass: the ratio should be
+   about 4, whatever the shape; a hostile nesting is refused at depth 32).
 
-    python benchmarks/bench_select.py [--dir DIR] [--repeats 15] [--only read|scan]
+    python benchmarks/bench_select.py [--dir DIR] [--repeats 15] [--only read|scan|filters]
+        [--scan-records 1000000]
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_decode import SPECS, example_features, make_dataset
 
 import torch_tfrecord as tt
+from torch_tfrecord.codec.query import MAX_QUERY, QueryError, parse_query
 
 BATCH = 256
 SCAN_RECORDS = 1_000_000
@@ -95,7 +101,7 @@ def _rates(runs: list[tuple[float, float, int]]) -> tuple[float, float]:
 
 
 def _scan_data(directory: str) -> list[str]:
-    folder = os.path.join(directory, "scan")
+    folder = os.path.join(directory, f"scan-{SCAN_RECORDS}")
     paths = sorted(glob.glob(os.path.join(folder, "scan-*.tfrecord")))
     if len(paths) == SCAN_SHARDS:
         return paths
@@ -147,14 +153,81 @@ def scan_table(directory: str, repeats: int) -> None:
               f"{SCAN_RECORDS / selected:>19,.0f}")  # fmt: skip
 
 
+FILTERS = (
+    "label == 3",
+    "label == 3 or label == 7",
+    "label in [3, 7, 11, 13]",
+    "not label < 500",
+    "(label < 10 or score > 0.99) and not id < 1000",
+)
+
+
+def _shapes(size: int) -> dict[str, str]:
+    """Filters of about ``size`` characters, by shape."""
+    clauses = " or ".join(f"label == {i % 1000}" for i in range(size // 17 + 1))
+    listed = "label in [" + ", ".join(str(i % 1000) for i in range(size // 5 + 1))
+    return {
+        "clauses joined by or": clauses[: clauses.rfind(" or ", 0, size)],
+        "a list of values (in)": listed[: listed.rfind(", ", 0, size - 1)] + "]",
+        "words": ("dog " * size)[: size - 1],
+        "a quoted text": "text ~ '" + "x" * (size - 10) + "'",
+        "not not ... (refused)": "not " * (size // 4),
+        "((((... (refused)": "(" * size,
+    }
+
+
+def _parse_seconds(text: str, repeats: int) -> float:
+    """The best of ``repeats`` rounds of 50 parses, per parse."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(200):
+            try:
+                parse_query(text)
+            except QueryError:
+                pass
+        best = min(best, (time.perf_counter() - start) / 200)
+    return best
+
+
+def filter_table(directory: str, repeats: int) -> None:
+    paths = _scan_data(directory)
+    print(f"\n3. Filters: tt.select over {SCAN_RECORDS:,} records in {SCAN_SHARDS} shards with their "
+          f"indexes, beside label == 3 in the same round (seconds, best of {repeats})")  # fmt: skip
+    print(f"{'filter':48} {'select':>8} {'/ label == 3':>13} {'kept':>9} {'records/s':>11}")
+    times: dict[str, list[float]] = {where: [] for where in FILTERS}
+    kept: dict[str, int] = {}
+    for round_ in range(repeats + 1):
+        for where in FILTERS:
+            start = time.perf_counter()
+            kept[where] = len(tt.select(paths, where=where))
+            if round_:  # the first round warms up
+                times[where].append(time.perf_counter() - start)
+    base = min(times[FILTERS[0]])
+    for where in FILTERS:
+        best = min(times[where])
+        print(f"{where:48} {best:>8.3f} {best / base:>13.2f} {kept[where]:>9,} {SCAN_RECORDS / best:>11,.0f}")
+    print(f"\n   parsing a filter of {MAX_QUERY:,} characters beside one of {MAX_QUERY // 4:,} "
+          f"(microseconds a parse, best of {repeats} rounds of 200)")  # fmt: skip
+    print(f"{'shape':24} {MAX_QUERY // 4:>8,} {MAX_QUERY:>8,} {'ratio':>6}")
+    quarter, whole = _shapes(MAX_QUERY // 4), _shapes(MAX_QUERY)
+    for shape, text in whole.items():
+        assert len(text) <= MAX_QUERY, (shape, len(text))
+        small, large = _parse_seconds(quarter[shape], repeats), _parse_seconds(text, repeats)
+        print(f"{shape:24} {1e6 * small:>8.1f} {1e6 * large:>8.1f} {large / small:>6.2f}")
+
+
 def main() -> None:
+    global SCAN_RECORDS
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--dir", help="where the data is written (and kept); default: a temporary folder")
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--only", choices=("read", "scan"))
+    parser.add_argument("--only", choices=("read", "scan", "filters"))
+    parser.add_argument("--scan-records", type=int, default=SCAN_RECORDS, help="records of parts 2 and 3")
     args = parser.parse_args()
+    SCAN_RECORDS = args.scan_records
     directory = args.dir or tempfile.mkdtemp(prefix="bench-select-")
     os.makedirs(directory, exist_ok=True)
     try:
@@ -162,10 +235,12 @@ def main() -> None:
             print(f"load average at the start: {handle.read().split()[:3]}")
     except OSError:
         pass
-    if args.only != "scan":
+    if args.only in (None, "read"):
         read_table(directory, args.repeats)
-    if args.only != "read":
+    if args.only in (None, "scan"):
         scan_table(directory, args.repeats)
+    if args.only in (None, "filters"):
+        filter_table(directory, args.repeats)
     if not args.dir:
         shutil.rmtree(directory, ignore_errors=True)
 

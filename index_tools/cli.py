@@ -185,7 +185,7 @@ def _cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def _cmd_select(args: argparse.Namespace) -> int:
-    from torch_tfrecord.viewer.selecting import select
+    from torch_tfrecord.data.select.select_records import select
 
     options = storage_options(args)
     types = {}
@@ -338,14 +338,17 @@ def build_parser() -> argparse.ArgumentParser:
         "dataset reads with select=)",
         "tfrecord-index select 'data/train-*.tfrecord' --where 'label == 3' --out label3.ttsel\n"
         "tfrecord-index select s3://bucket/train/ --where 'image/height >= 256 and text ~ dog' "
-        "--out big-dogs.ttsel --jobs 8",
+        "--out big-dogs.ttsel --jobs 8\n"
+        "tfrecord-index select data/ --where 'label in [1, 7] or not text ~ \"cat or dog\"' --out some.ttsel",
     )
     chosen.add_argument("paths", nargs="+", help="data files, globs, directories, URLs or a manifest")
     chosen.add_argument(
         "--where",
         required=True,
         help="the filter, in the viewer's language: KEY OP VALUE clauses (OP: == != < <= > >=, or ~ "
-        "for contains) joined by 'and'; a list feature passes when any of its values does",
+        "for contains) and KEY in [A, B, ...], combined with not, and, or (binding in that order) and "
+        "parentheses; quote a value that holds those words or brackets ('cat or dog'); a list "
+        "feature passes when any of its values does, a record without the feature no comparison",
     )
     chosen.add_argument("--out", required=True, help="the selection file to write (.ttsel), a path or URL")
     chosen.add_argument(

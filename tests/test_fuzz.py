@@ -35,6 +35,7 @@ HARNESSES = [
     "cache_meta",
     "wire",
     "manifest",  # a dataset's manifest (issue 45)
+    "query",  # the filter a web page sends the viewer (issue 54)
 ]
 
 

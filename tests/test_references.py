@@ -162,7 +162,7 @@ def test_every_reference_in_the_docs_resolves() -> None:
     ("name", "module", "package", "resolves"),
     [
         ("torch_tfrecord.data.order.plan.EpochPlan", None, False, True),
-        (".order.EpochPlan", "torch_tfrecord.data.dataset", False, True),
+        (".order.plan.EpochPlan", "torch_tfrecord.data.dataset", False, True),
         ("..errors.TFRecordError", "torch_tfrecord.data.dataset", False, True),
         (".epoch", "torch_tfrecord.data", True, True),
         ("_mixing", "torch_tfrecord.data.mix", False, False),  # a module that moved

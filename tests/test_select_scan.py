@@ -20,9 +20,10 @@ from hypothesis import strategies as st
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec.inspect import describe_record
+from torch_tfrecord.codec.query import parse_query
+from torch_tfrecord.codec.schema import sample_dtypes
 from torch_tfrecord.data.select import conditions
 from torch_tfrecord.records.reader import read_records
-from torch_tfrecord.viewer.query import parse_query
 
 WORDS = ["dog", "Dog house", "cat", "3", "10", "", "zebra"]
 SIZES = (30, 0, 45, 25)  # 100 records
@@ -106,8 +107,109 @@ def test_the_filter_selects_what_the_viewer_finds(shards: str, clauses: list[tup
         assert selected == viewer, text
 
 
+def _has(number: int, key: str) -> bool:
+    return key in _record(number)
+
+
+def _texts(number: int) -> list[str]:
+    return [value.decode() for value in _record(number).get("text", [])]
+
+
+@pytest.mark.parametrize(
+    ("where", "keep"),
+    [
+        ("label == 1 or label == 7", lambda n: _record(n)["label"] in (1, 7)),
+        ("label in [1, 7]", lambda n: _record(n)["label"] in (1, 7)),
+        ("LABEL == 1 Or label == 7", lambda n: False),  # keys keep their case: no feature LABEL
+        ("not label in [1, 7] and id < 50", lambda n: _record(n)["label"] not in (1, 7) and n < 50),
+        # A record without `text` fails the comparison, so `not` passes it.
+        ("not text ~ dog", lambda n: not any("dog" in t.lower() for t in _texts(n))),
+        ("text ~ dog", lambda n: any("dog" in t.lower() for t in _texts(n))),
+        (
+            "text == 'Dog house' or (tags == 4 and not label >= 5)",
+            lambda n: (
+                "Dog house" in _texts(n) or (4 in _record(n).get("tags", []) and _record(n)["label"] < 5)
+            ),
+        ),
+    ],
+)
+def test_or_in_and_not_select_what_a_python_predicate_keeps(shards: str, where: str, keep: Any) -> None:
+    expected = [n for n in range(100) if keep(n)]
+    if not expected:
+        with pytest.raises(tt.SelectionError, match="names 'LABEL'"):
+            tt.select(shards, where=where)
+        return
+    assert 0 < len(expected) < 100
+    assert tt.select(shards, where=where).record_ids().tolist() == expected == _viewer_matches(shards, where)
+
+
+def test_a_clause_on_no_feature_is_refused_wherever_it_stands(
+    shards: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before any record is decoded, even where another branch of an ``or`` could pass."""
+    decoded: list[Any] = []
+    monkeypatch.setattr(conditions, "decode_batch", lambda *args, **kwargs: decoded.append(args))
+    for where in ("label == 1 or lable == 7", "not (label == 1 and lable in [3, 4])"):
+        with pytest.raises(tt.SelectionError, match="names 'lable', which no record read holds"):
+            tt.select(shards, where=where)
+    with pytest.raises(tt.SelectionError, match="never equal"):
+        tt.select(shards, where="text ~ dog or not label == 'x'")
+    assert decoded == []
+
+
+KEYS = st.sampled_from(["label", "id", "score", "text", "tags"])
+OPS = st.sampled_from(["==", "!=", "<", "<=", ">", ">=", "~"])
+FILTERS = st.recursive(
+    st.one_of(
+        st.builds(lambda key, op, value: f"{key} {op} {value}", KEYS, OPS, VALUES),
+        st.builds(
+            lambda key, values: f"{key} in [{', '.join(values)}]",
+            KEYS,
+            st.lists(VALUES, min_size=1, max_size=3),
+        ),
+    ),
+    lambda inner: st.one_of(
+        st.builds(lambda a: f"not {a}", inner),
+        st.builds(lambda a: f"({a})", inner),
+        st.builds(lambda a, b: f"{a} and {b}", inner, inner),
+        st.builds(lambda a, b: f"({a} OR {b})", inner, inner),
+        st.builds(lambda a, b: f"{a} or {b}", inner, inner),
+    ),
+    max_leaves=6,
+)
+
+
+@pytest.fixture(scope="module")
+def payloads(shards: str) -> list[bytes]:
+    return [
+        payload
+        for path in sorted(Path(shards).parent.glob(Path(shards).name))
+        for payload in read_records(str(path))
+    ]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(FILTERS)
+def test_the_column_test_agrees_with_the_viewer_on_any_filter(payloads: list[bytes], text: str) -> None:
+    """Property: for ``and`` / ``or`` / ``not`` / parentheses / ``in`` over clauses, the masks of
+    decoded columns (a selection's scan) pass exactly the records the viewer's match passes, or
+    the filter is refused for comparing a number feature with text."""
+    query = parse_query(text)
+    try:
+        test = conditions.ConditionTest(query, sample_dtypes(payloads))
+    except tt.SelectionError as error:
+        assert "never equal" in str(error), (text, error)
+        return
+    columns = test(payloads).tolist()
+    viewer = [query.matches(describe_record(payload)) for payload in payloads]
+    assert columns == viewer, text
+    for size in (1, 7):  # a batch at a time gives the same
+        batches = [test(payloads[i : i + size]) for i in range(0, len(payloads), size)]
+        assert np.concatenate(batches).tolist() == viewer
+
+
 def test_plain_words_search_as_the_viewer_does(shards: str) -> None:
-    for text in ("zebra", "house and label >= 5", "tags"):
+    for text in ("zebra", "house and label >= 5", "tags", "zebra or label == 3", "not house and score > 1"):
         assert _selected(shards, text) == _viewer_matches(shards, text) != []
 
 
@@ -181,7 +283,7 @@ def test_a_manifest_a_records_files_part_and_compressed_shards(tmp_path: Path) -
     assert by_manifest == by_glob
     assert tt.TFRecordDataset(str(manifest), select=by_glob).num_records == len(by_glob)
     # Part of the files (as tt.from_tfds's split slices make them): byte ranges of the shards.
-    files = tt.TFRecordDataset(str(manifest)).files.keep_ranges([(0, 10, 40), (2, 0, 5)])
+    files = tt.TFRecordDataset(str(manifest)).files.select([(0, 10, 40), (2, 0, 5)])
     part = tt.select(files, where="label < 5")
     expected = [i for i, n in enumerate([*range(10, 40), *range(80, 85)]) if _record(n)["label"] < 5]
     assert part.record_ids().tolist() == expected

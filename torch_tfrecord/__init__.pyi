@@ -32,6 +32,7 @@ from .codec.writer import ShardedExampleWriter as ShardedExampleWriter
 from .convert.dataset import write_dataset as write_dataset
 from .convert.parquet import from_parquet as from_parquet
 from .convert.parquet import to_parquet as to_parquet
+from .data import order as order
 from .data.bucket import BucketedDataset as BucketedDataset
 from .data.bucket import bucket as bucket
 from .data.dataset import TFRecordDataset as TFRecordDataset
@@ -44,6 +45,7 @@ from .data.mix import mix as mix
 from .data.order.plan import EpochPlan as EpochPlan
 from .data.pack import PackedDataset as PackedDataset
 from .data.pack import pack as pack
+from .data.select.select_records import select as select
 from .data.select.selection import Selection as Selection
 from .data.telemetry.stats import LoadStats as LoadStats
 from .data.transport.collate import collate as collate
@@ -85,6 +87,5 @@ from .records.reader import ReadStats as ReadStats
 from .records.reader import read_records as read_records
 from .records.resync import DamagedRegion as DamagedRegion
 from .records.writer import RecordWriter as RecordWriter
-from .viewer.selecting import select as select
 from .vision.targets import detection_spec as detection_spec
 from .vision.targets import segmentation_spec as segmentation_spec

@@ -1,5 +1,5 @@
-"""What a filter clause means for one feature value, the same wherever a filter runs: the viewer's
-page (:mod:`torch_tfrecord.viewer.query`) and a selection's scan
+"""What a filter clause (:mod:`torch_tfrecord.codec.query`) means for one feature value, the same
+wherever a filter runs: the viewer's page and a selection's scan
 (:mod:`torch_tfrecord.data.select.conditions`).
 
 A number is compared with a number as numbers, text with text as text; a number in a text clause

@@ -1,8 +1,8 @@
 """``tt.bucket``: sequences batched with others of similar length, split exactly over ranks.
 
-Wiring only: :mod:`.sequences` reads the dataset's sequence lengths once, :mod:`.bucket_plan`
+Wiring only: :mod:`.grouping.sequences` reads the dataset's sequence lengths once, :mod:`.grouping.buckets`
 makes each epoch's batches (a pure function of the epoch's order and the lengths), and
-:mod:`.grouped` splits the batches over ranks and workers through the epoch driver.
+:mod:`.grouping.group_datasets` splits the batches over ranks and workers through the epoch driver.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """TFRecordDataset: the iterable dataset, sharded over ranks and workers.
 
 Wiring only: :mod:`.order` decides which records each (epoch, rank, worker) gets,
-:mod:`.shards` reads them, :mod:`.pipeline` decodes them, :mod:`.epoch` drives the epochs
+:mod:`..records.shards.files` reads them, :mod:`.decoding` decodes them, :mod:`.epoch` drives the epochs
 (workers, frameworks, prefetch, the place to resume from).
 """
 

@@ -1,7 +1,7 @@
 """``tt.loader``: a DataLoader built for one of our datasets, told its batch size the public way.
 
 A dataset of samples learns the DataLoader's batch size (so that each worker reads whole loader
-batches and every rank gets as many) from torch's private fetcher (:mod:`.internals`); this
+batches and every rank gets as many) from torch's private fetcher (:mod:`.frameworks.internals`); this
 builds the loader and gives the dataset ``loader_batch_size`` instead, so nothing depends on
 torch's internals. It also picks what each mode needs: ``batch_size=None`` for a dataset that
 makes its own batches, :func:`~torch_tfrecord.data.transport.collate.collate` for one of samples.

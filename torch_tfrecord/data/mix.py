@@ -1,6 +1,6 @@
 """Weighted mixing of datasets: ``tt.mix({"web": web, "books": books}, weights={...})``.
 
-Wiring only: :mod:`.mix_schedule` decides which source and item each place of an epoch takes,
+Wiring only: :mod:`.order.mixing` decides which source and item each place of an epoch takes,
 :class:`~torch_tfrecord.data.order.plan.EpochPlan` splits the places over ranks and workers, the sources
 read and decode their records, and :mod:`.epoch` drives the epochs as it does for every dataset.
 """

@@ -1,9 +1,9 @@
 """``tt.pack``: token sequences packed into rows of exactly ``length`` tokens, split exactly over ranks.
 
-Wiring only: :mod:`.sequences` reads the dataset's sequence lengths once, :mod:`.packing_plan`
+Wiring only: :mod:`.grouping.sequences` reads the dataset's sequence lengths once, :mod:`.grouping.packing`
 packs each epoch's sequences into rows (a pure function of the epoch's order and the lengths),
-:mod:`.grouped` splits the rows over ranks and workers through the epoch driver, and
-:mod:`.packed_rows` assembles the rows that a worker reads.
+:mod:`.grouping.group_datasets` splits the rows over ranks and workers through the epoch driver, and
+:mod:`.grouping.packed_rows` assembles the rows that a worker reads.
 """
 
 from __future__ import annotations

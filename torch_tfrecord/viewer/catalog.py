@@ -13,11 +13,11 @@ from typing import Any
 
 from ..codec.inspect import describe_record, show_key
 from ..codec.label_map import LabelMapError, class_names_beside
+from ..codec.query import parse_query
 from ..errors import TFRecordError
 from ..integrations.tfds.info import is_tfds_dir, read_info
 from ..support.extras import install_hint
 from .pages import LARGE_RECORD
-from .query import parse_query
 from .record_view import image_type, view_described, view_record
 from .shard import RecordRead, Shard
 from .sources import ViewerError, expand_paths

@@ -356,7 +356,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             found = catalog.search(_text(query, "q"), _int(query, "file", 0), _int(query, "start", 0))
             self._json(200, found)
         elif path == "/api/selection":  # the filter's matches in every file, as a selection file
-            from .selecting import select_as_shown
+            from ..data.select.select_records import select_as_shown
 
             chosen = select_as_shown(catalog.paths, _text(query, "q"), catalog.storage_options)
             disposition = {"Content-Disposition": 'attachment; filename="selection.ttsel"'}

@@ -3,13 +3,12 @@
 A dataset built on :class:`EpochDataset` is a *plan* (which items, in which order, for each
 (epoch, rank, worker): an :class:`~torch_tfrecord.data.order.plan.EpochPlan`) plus a *reader* (the
 items of given ids, loaded, then finished by the user's transform). The driver does the rest, the
-same for :class:`~torch_tfrecord.data.dataset.TFRecordDataset`, :class:`~torch_tfrecord.data.mix.MixedDataset`
-and what is built on them: the plan's slice for this rank and worker, automatic epochs and
-``set_epoch`` (:mod:`.epoch_counter`), the training frameworks' wrappers (:mod:`.frameworks`,
-:mod:`.wrapped`), the loader's guards (:mod:`.guards`), prefetch in the main process
-(:mod:`.prefetch`), threads (:mod:`.threaded`) or a loading process (:mod:`.loading_process`), the
-worker hand-off (:mod:`.handoff`), ``state_dict`` / ``load_state_dict``, also on another world
-size (:mod:`.resume`), and the load telemetry of ``stats()`` (:mod:`.telemetry`).
+same for ``TFRecordDataset``, ``MixedDataset`` and what is built on them: the plan's slice for
+this rank and worker, automatic epochs and ``set_epoch`` (:mod:`.counter`), the training
+frameworks' wrappers (:mod:`..frameworks`), the loader's guards (:mod:`.guards`), prefetch,
+threads, a loading process and the worker hand-off (:mod:`..transport`), ``state_dict`` /
+``load_state_dict``, also on another world size (:mod:`..order.resume`), and the load telemetry
+of ``stats()`` (:mod:`..telemetry`).
 """
 
 from __future__ import annotations
@@ -67,7 +66,7 @@ def _reading(run: int) -> int:
 
 
 class NoSchedule:
-    """A read schedule that tells no cache anything (see :mod:`.cache_plan`)."""
+    """A read schedule that tells no cache anything (see :mod:`..order.schedule`)."""
 
     def reached(self, unit: int | np.integer[Any]) -> None:
         pass
@@ -95,10 +94,10 @@ class EpochDataset(IterableDataset[Any]):
             ``threads``, made or waiting ahead beyond one per thread.
         threads: threads of the main process making that many batches at once (0: none).
         transform_threads: :meth:`finish` runs on those threads too, not in the loop's thread.
-        process: the loading (threads or prefetch) runs in one child process (:mod:`.loading_process`).
+        process: the loading (threads, prefetch) runs in a child process (:mod:`..transport.loading_process`).
         shuffled: the order differs between epochs (for the guard against a forgotten ``set_epoch``).
         loader_batch_size: in sample mode, the DataLoader's ``batch_size`` (found from the loader
-            itself when None: see :mod:`.internals`).
+            itself when None: see :mod:`..frameworks.internals`).
     """
 
     plan: EpochPlan
@@ -150,11 +149,11 @@ class EpochDataset(IterableDataset[Any]):
         return NoSchedule()
 
     def _identity(self, plan: EpochPlan) -> dict[str, Any]:
-        """What a saved state of this dataset, split by ``plan``, must match (see :mod:`.resume`)."""
+        """What a saved state of this dataset, split by ``plan``, must match (see :mod:`..order.resume`)."""
         raise NotImplementedError
 
     def _wrap_state(self, split: dict[str, Any], epoch: int) -> dict[str, Any]:
-        """The dataset's state around the split's state (:mod:`.resume`'s format)."""
+        """The dataset's state around the split's state (:mod:`..order.resume`'s format)."""
         return split
 
     def _unwrap_state(
@@ -321,7 +320,7 @@ class EpochDataset(IterableDataset[Any]):
 
     def _serve_world(self, epoch: int) -> Iterator[Any]:
         """Under Accelerate's DataLoaderDispatcher: on rank 0, every rank's units in the order in
-        which the dispatcher hands them out (see :mod:`.wrapped`); nothing on the other ranks."""
+        which the dispatcher hands them out (see :mod:`..frameworks.wrapped`); nothing on the other ranks."""
         plan = self._plan_for(epoch)
         if plan.rank != 0:
             return  # only rank 0's loader is iterated; the others would read for nothing

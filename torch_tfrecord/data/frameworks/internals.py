@@ -14,7 +14,7 @@ Nowhere else in the package looks at another library's private classes, frames o
   attributes read of them.
 - torch's multi-process DataLoader *iterator* (``_MultiProcessingDataLoaderIter``, or torchdata's
   stateful one): found among the callers while its ``__init__`` starts the workers, its
-  ``_next_data`` (which ``__next__`` calls) is timed for the load telemetry (:mod:`.telemetry`),
+  ``_next_data`` (which ``__next__`` calls) is timed for the load telemetry (:mod:`..telemetry.shared`),
   its ``_num_yielded`` says a pass's first batch. :func:`next_data_found` checks them.
 
 :func:`contract` says which of these are found in the running versions; tests/test_internals.py

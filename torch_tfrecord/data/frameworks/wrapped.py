@@ -1,4 +1,4 @@
-"""Layouts that pass Accelerate's loader wrappers intact (see :mod:`.frameworks`): pure logic.
+"""Layouts that pass Accelerate's loader wrappers intact (see :mod:`.detect`): pure logic.
 
 - Under ``DataLoaderDispatcher`` rank 0 alone iterates the loader, for all ranks. It takes
   ``world_size`` batches at a time and sends rank r the r-th; at the end the last, smaller

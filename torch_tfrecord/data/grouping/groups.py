@@ -1,9 +1,9 @@
 """Groups of an epoch's sequences: the rows of a packing or the batches of length buckets, as arrays.
 
 A group is a list of *pieces*, each the tokens ``[start, stop)`` of every key of one sequence
-(named by its position in the epoch's order). :mod:`.packing_plan` and :mod:`.bucket_plan` make
+(named by its position in the epoch's order). :mod:`.packing` and :mod:`.buckets` make
 them, pure functions of the epoch's order and the sequences' lengths; the datasets split the
-groups over ranks and workers like records (:mod:`.grouped`).
+groups over ranks and workers like records (:mod:`.group_datasets`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ epoch and splits the groups it makes over the ranks itself). What it needs of th
 decided once, when it is built, by the dataset's kind: :class:`RecordSequences` for a
 :class:`~torch_tfrecord.data.dataset.TFRecordDataset` (a sequence is a record), :class:`MixSequences`
 for a :class:`~torch_tfrecord.data.mix.MixedDataset` (a sequence is a place of its epoch, a
-record of one of its sources). Both read the lengths table(s) when built (:mod:`.sequence_lengths`).
+record of one of its sources). Both read the lengths table(s) when built (:mod:`.lengths`).
 """
 
 from __future__ import annotations

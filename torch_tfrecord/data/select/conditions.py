@@ -1,11 +1,13 @@
-"""The tests of a selection's scan that decode records: filter clauses (``label == 3``, ``text ~
-dog``) on decoded columns, a batch at a time, and Python predicates over decoded samples.
+"""The tests of a selection's scan that decode records: filters (``label == 3 or text ~ dog``) on
+decoded columns, a batch at a time, and Python predicates over decoded samples.
 
-The meaning is the viewer's filter's (:mod:`torch_tfrecord.viewer.query`), clause for clause: a
-list feature passes when any of its values does, a record without the feature does not; text is
-compared as text (a number as its text), ``~`` is "contains" (without case for text); numbers are
-compared as numbers. Only the clauses' features are decoded. A clause that names no feature of the
-data, or compares a number feature with text, is refused before any record is read.
+The meaning is the viewer's filter's (:mod:`torch_tfrecord.codec.query`), node for node: a clause
+passes a record when any value of its list feature does, and no record without the feature (so
+``not label == 3`` passes it); text is compared as text (a number as its text), ``~`` is
+"contains" (without case for text); numbers are compared as numbers; ``and``, ``or`` and ``not``
+are the masks' ``&``, ``|`` and ``~``. Only the clauses' features are decoded. A clause that names
+no feature of the data, or compares a number feature with text, is refused before any record is
+read, wherever it stands in the filter.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch
 
 from ...codec.decode import SpecArg, decode_batch
 from ...codec.filters import COMPARE, number_text
+from ...codec.query import OPERATORS, AllOf, AnyOf, Clause, Node, Not, Query
 from ...codec.ragged import Ragged
 from ...codec.rows import split_batch
 from ...codec.schema import sample_dtypes
@@ -30,7 +33,6 @@ from .scan import SURVEY_RECORDS, ScanShard, first_records
 
 __all__ = ["OPERATORS", "Condition", "ConditionTest", "PredicateTest", "feature_types"]
 
-OPERATORS = ("==", "!=", "<", "<=", ">", ">=", "~")
 Mask = npt.NDArray[np.bool_]
 
 
@@ -97,20 +99,22 @@ class Condition:
 
 
 class ConditionTest:
-    """Which records pass every condition, decoding only their features.
+    """Which records pass a filter of clauses, decoding only their features.
 
     Args:
-        conditions: the clauses, all of which must pass.
+        query: the filter (:func:`~torch_tfrecord.codec.query.parse_query`), without plain words
+            (they search every feature: the viewer's match does that, record by record).
         dtypes: each feature's type (torch.int64, torch.float32 or bytes), as the data holds it.
 
     Raises:
         SelectionError: a clause on a feature ``dtypes`` does not have, or on one of another type.
     """
 
-    def __init__(self, conditions: Sequence[Condition], dtypes: Mapping[str, Any]) -> None:
-        if not conditions:
-            raise SelectionError("a filter needs at least one clause")
-        for condition in conditions:
+    def __init__(self, query: Query, dtypes: Mapping[str, Any]) -> None:
+        if query.words:
+            raise ValueError(f"{query.text!r} searches for words, which a column test cannot")
+        self.conditions = {clause: Condition(clause.key, clause.op, clause.value) for clause in query.clauses}
+        for condition in self.conditions.values():
             if condition.key not in dtypes:
                 known = ", ".join(sorted(dtypes)[:20]) or "none"
                 raise SelectionError(
@@ -119,15 +123,25 @@ class ConditionTest:
                     f"{{{condition.key!r}: 'int'}} in Python, --type {condition.key}=int on the command line)"
                 )
             condition.check(dtypes[condition.key])
-        self.conditions = tuple(conditions)
-        self.spec = {c.key: VarLen(dtypes[c.key]) for c in self.conditions}
+        self.tree = query.tree
+        self.spec = {c.key: VarLen(dtypes[c.key]) for c in self.conditions.values()}
 
     def __call__(self, records: Sequence[bytes], locations: Sequence[str] | None = None) -> Mask:
         columns = decode_batch(records, self.spec, locations=locations)
-        passed = np.ones(len(records), dtype=bool)
-        for condition in self.conditions:
-            passed &= condition.test(columns[condition.key], len(records))
-        return passed
+        return self._mask(self.tree, columns, len(records))
+
+    def _mask(self, node: Node, columns: Mapping[str, Any], size: int) -> Mask:
+        if isinstance(node, Clause):
+            return self.conditions[node].test(columns[node.key], size)
+        if isinstance(node, Not):
+            return ~self._mask(node.part, columns, size)
+        if isinstance(node, (AllOf, AnyOf)):
+            combine = np.logical_and if isinstance(node, AllOf) else np.logical_or
+            passed = self._mask(node.parts[0], columns, size)
+            for part in node.parts[1:]:
+                passed = combine(passed, self._mask(part, columns, size))
+            return passed
+        raise AssertionError(f"a column test has no words to search for: {node!r}")
 
 
 class PredicateTest:

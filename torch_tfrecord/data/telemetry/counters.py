@@ -1,5 +1,5 @@
 """One process's side of a dataset's load telemetry: its threads' counters summed into its slot of
-the shared tensor, and the loop's meters (see :mod:`.telemetry` for the whole picture).
+the shared tensor, and the loop's meters (see :mod:`.shared` for the whole picture).
 
 The tensor's layout: a header (:data:`TRACING`, :data:`TOKEN`), then a slot per process (the main
 process, with the histogram of the loop's waits, then worker ``k`` in slot ``1 + k``, without one),

@@ -2,9 +2,9 @@
 ``next()``, and a trace of the stages on demand, read by ``dataset.stats()`` in the main process.
 
 One small int64 tensor per dataset (18 KB), made when the dataset is built and shared with
-DataLoader workers however they start (as :mod:`.epoch_counter` shares its counts): a header, then
+DataLoader workers however they start (as :mod:`..epoch.counter` shares its counts): a header, then
 a *slot* per process (the main process, with the histogram of the loop's waits, then worker ``k``
-in slot ``1 + k``; see :mod:`.load_counters`). Each process sums its threads' counters
+in slot ``1 + k``; see :mod:`.counters`). Each process sums its threads' counters
 (:class:`~torch_tfrecord.support.stages.ThreadRecord`) into its own slot, at most every 50 ms and
 when a pass ends; only the main process reads the others' slots. A slot holds totals since the
 dataset was made: a worker of a later pass goes on from the totals its slot holds, so every counter
@@ -17,7 +17,7 @@ starts its workers.
 
 A trace (:meth:`Telemetry.trace`) sets a flag in the header: while it is up, each process keeps its
 threads' spans and appends them to a file of its own in a temporary directory that the main process
-made (at most :data:`~.load_counters.TRACE_SPANS` spans each), which the main process reads and
+made (at most :data:`~.counters.TRACE_SPANS` spans each), which the main process reads and
 removes when the trace ends. ``TORCH_TFRECORD_TELEMETRY=0`` (read when a dataset is built) turns
 all of it off: no shared memory, and no clock is read.
 """

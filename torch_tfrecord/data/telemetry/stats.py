@@ -1,6 +1,6 @@
 """``tt.LoadStats``: what ``dataset.stats()`` says of a window of loading, and which stage to fix.
 
-Made from the counters of :mod:`.telemetry` (one row per process: the main process first, then
+Made from the counters of :mod:`.shared` (one row per process: the main process first, then
 the DataLoader workers) by :func:`summarize`, a pure function of them. The loop's wait decides
 whether loading matters at all (``"none"`` below :data:`WAIT_SHARE_NONE`); if it does, the stage
 that costs the loop most per batch is the bottleneck: a stage's time per batch where it runs,

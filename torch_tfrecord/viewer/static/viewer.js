@@ -306,7 +306,7 @@ async function showStatistics() {
 }
 
 async function showSearch(text) {
-  const input = el("input", {id: "query", size: "50", placeholder: "label == 3   or   image/object/class/text ~ dog   or words"});
+  const input = el("input", {id: "query", size: "50", placeholder: "label in [1, 7] and not text ~ dog    (or words to find)"});
   input.value = text;
   const results = el("ol", {id: "matches"});
   const info = el("p", {id: "search-state"});

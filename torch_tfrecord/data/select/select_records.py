@@ -1,11 +1,12 @@
 """``tt.select``: the records of some shards that a filter or a predicate passes, scanned once and
 kept as a selection file that a dataset then reads (``select=``).
 
-A filter is written in the viewer's language (:mod:`.query`), so the viewer's filter page, the
-command line (``tfrecord-index select``) and Python select the same records; its clauses are
-tested on decoded columns (:mod:`torch_tfrecord.data.select.conditions`: only their features decoded),
-plain words as the viewer searches them (every feature read). The scan itself is
-:mod:`torch_tfrecord.data.select.scan`'s.
+A filter is written in the filter language (:mod:`torch_tfrecord.codec.query`), so the viewer's
+filter page, the command line (``tfrecord-index select``) and Python select the same records; its
+clauses are tested on decoded columns (:mod:`torch_tfrecord.data.select.conditions`: only their features
+decoded, combined by its ``and``, ``or`` and ``not``), and a filter with plain words as the viewer
+searches it (every feature read). The scan itself is
+:mod:`.scan`'s.
 """
 
 from __future__ import annotations
@@ -17,17 +18,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from ..codec.inspect import describe_record
-from ..data.select.scan import Progress, RecordTest, scan_selection, scan_shards
-from ..data.select.selection import Selection
-from ..errors import SelectionError
-from ..records.io import PathLike, StorageOptions, is_url, local_path
-from ..records.shards.files import RecordFiles
-from ..records.shards.index import IndexArg
-from .query import Query, parse_query
+from ...codec.inspect import describe_record
+from ...codec.query import Query, parse_query
+from ...errors import SelectionError
+from ...records.io import PathLike, StorageOptions, is_url, local_path
+from ...records.shards.files import RecordFiles
+from ...records.shards.index import IndexArg
+from .scan import Progress, RecordTest, scan_selection, scan_shards
+from .selection import Selection
 
 if TYPE_CHECKING:
-    from ..codec.decode import SpecArg
+    from ...codec.decode import SpecArg
 
 __all__ = ["QueryTest", "select", "select_as_shown"]
 
@@ -82,11 +83,13 @@ def select(
     Args:
         sources: files, globs, directories, URLs or a manifest, as a dataset takes them (or a
             dataset's ``files``).
-        where: a filter in the viewer's language: ``"label == 3 and image/height >= 256"``
-            (``== != < <= > >=``, ``~`` for "contains"; a list feature passes when any value
-            does). Only the features it names are decoded; their types come from the first
-            1,000 records (or ``spec``, for a feature few records set). Plain words (no
-            operator) search every key and text value, as the viewer does: every feature is read.
+        where: a filter: ``"label == 3 and image/height >= 256"``, ``"label in [1, 7] or not
+            text ~ dog"`` (``== != < <= > >=``, ``~`` for "contains", ``key in [a, b]``; ``not``,
+            ``and``, ``or`` and parentheses; a list feature passes when any value does, a record
+            without the feature passes no comparison). Only the features it names are decoded;
+            their types come from the first 1,000 records (or ``spec``, for a feature few
+            records set). Plain words (no operator) search every key and text value, as the
+            viewer does: every feature is read.
         predicate: instead of ``where``, a function of a decoded sample (decoded by ``spec``;
             every feature as a VarLen when None) that returns whether to keep it.
         spec: the features' specs (see above).
@@ -113,7 +116,7 @@ def select(
         raise ValueError("give where= (a filter) or predicate= (a function of a sample), one of them")
     if out is not None:
         _check_out(os.fspath(out))
-    from ..data.select.conditions import Condition, ConditionTest, PredicateTest, feature_types
+    from .conditions import ConditionTest, PredicateTest, feature_types
 
     shards = scan_shards(sources, index, storage_options)
     test: RecordTest
@@ -122,8 +125,7 @@ def select(
         if query.words:  # searched as the viewer searches: every key and text value
             test = QueryTest(query)
         else:
-            clauses = [Condition(clause.key, clause.op, clause.value) for clause in query.clauses]
-            test = ConditionTest(clauses, feature_types(shards, spec, storage_options))
+            test = ConditionTest(query, feature_types(shards, spec, storage_options))
     else:
         assert predicate is not None
         test = PredicateTest(predicate, spec)
