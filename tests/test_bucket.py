@@ -73,7 +73,7 @@ def test_every_sequence_in_one_batch_on_one_rank(
         steps.append((len(batches), len(loader)))
         for batch in batches:
             seen.update(record for record, padding in check_batch(batch, pad) if not padding)
-        stats = dataset.stats()
+        stats = dataset.bucket_stats()
     assert len(set(steps)) == 1 and steps[0][0] == steps[0][1]
     assert max(seen.values()) == 1
     if drop_last:

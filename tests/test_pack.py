@@ -82,7 +82,7 @@ def test_every_token_once_across_ranks_and_workers_in_rows_of_exactly_length(
         rows, steps = epoch_rows(dataset, workers)
         counts.append((len(rows), steps, len(dataset)))
         seen += token_counts(rows)
-        stats = dataset.stats()
+        stats = dataset.pack_stats()
     assert len({count[:2] for count in counts}) == 1, counts  # the same rows and steps on every rank
     assert all(
         steps == -(-rows // (batch_size or 4)) if batch_size is None else steps == length
@@ -138,7 +138,7 @@ def test_rows_hold_what_seqio_packs_in_its_layout(tmp_path: Path) -> None:
     assert second["inputs_positions"].tolist() == [0, 1, 2, 3, 4, 0, 1, 0]
     assert second["targets"].tolist() == [2500, 3500, 3501, 0, 0, 0]
     assert [bool(row["_padding"]) for row in rows] == [False, False]
-    assert dataset.stats().fill == {"inputs": 10 / 16, "targets": 9 / 12}
+    assert dataset.pack_stats().fill == {"inputs": 10 / 16, "targets": 9 / 12}
 
 
 @pytest.mark.parametrize("method", ["first_fit", "concat"])
@@ -274,7 +274,7 @@ def test_bad_input_names_the_key_and_the_record(shards: dict[str, list[str]], tm
         tt.pack(source(shards["lognormal"]), LENGTH)
     dropped = tt.pack(source(shards["lognormal"]), LENGTH, drop_long=True)
     too_long = int((DISTRIBUTIONS["lognormal"] > LENGTH).any(axis=1).sum())
-    assert dropped.stats().dropped_long == too_long > 0
+    assert dropped.pack_stats().dropped_long == too_long > 0
     path = tmp_path / "floats.tfrecord"
     with tt.ExampleWriter(path) as writer:
         writer.write({"targets": [1, 2]})
@@ -328,7 +328,7 @@ def test_damaged_records_skipped_are_counted_and_leave_the_rest_whole(tmp_path: 
     packed = tt.pack(
         tt.TFRecordDataset(paths, spec=SPEC, on_error="skip", transform=transform), 16, batch_size=2
     )
-    assert packed.stats().skipped == 1
+    assert packed.pack_stats().skipped == 1
     _damage(paths[0], 9)  # after: its pieces stay empty, the rows keep their shape
     seen = token_counts(row for batch in packed for row in row_pieces(batch))
     assert seen == all_tokens(lengths, [r for r in range(30) if r not in (4, 9)])

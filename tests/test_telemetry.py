@@ -238,7 +238,7 @@ def _run(dataset: Any, workers: int, step_s: float = 0.0, batches: int | None = 
         time.sleep(step_s)  # the training step
         if batches is not None and seen >= batches:
             break
-    return dataset.load_stats()  # type: ignore[no-any-return]
+    return dataset.stats()  # type: ignore[no-any-return]
 
 
 def _sleepy(batch: dict[str, Any]) -> dict[str, Any]:
@@ -339,8 +339,8 @@ def test_a_mix_and_a_packed_stream_have_stats(tmp_path: Path) -> None:
     tokens = tt.TFRecordDataset(writer.shard_paths, spec={"tokens": tt.VarLen(torch.int64)})
     packed = tt.pack(tokens, length=16, keys=["tokens"], batch_size=4)
     stats = _run(packed, 0)
-    assert stats is not None and packed.load_stats().records == 128  # (its stats(): the packing's)
-    assert packed.stats().rows == 32  # 128 sequences of 4 values in rows of 16
+    assert stats is not None and packed.stats().records == 128  # (the packing's figures: pack_stats())
+    assert packed.pack_stats().rows == 32  # 128 sequences of 4 values in rows of 16
 
 
 def test_a_selection_of_records_has_stats(tmp_path: Path) -> None:

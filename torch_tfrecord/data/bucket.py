@@ -208,7 +208,7 @@ class BucketedDataset(GroupedDataset):
         batch[LENGTHS_KEY] = {**(batch.get(LENGTHS_KEY) or {}), **lengths}
         return batch
 
-    def stats(self, epoch: int | None = None) -> BucketStats:
+    def bucket_stats(self, epoch: int | None = None) -> BucketStats:
         """What the buckets of ``epoch`` (default: the current one) did with its sequences."""
         epoch = self.epoch if epoch is None else epoch
         found = self.epoch_groups(epoch)

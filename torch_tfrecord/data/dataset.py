@@ -28,7 +28,6 @@ from .order.schedule import ReadSchedule
 from .select.selected_files import selected_files
 from .select.selection import Selection
 from .select.subsets import Subset
-from .telemetry.stats import LoadStats
 
 __all__ = ["TFRecordDataset"]
 
@@ -262,10 +261,6 @@ class TFRecordDataset(EpochDataset):
             "samples_per_epoch": plan.samples_per_epoch,
             "fingerprint": self.files.fingerprint,
         }
-
-    def stats(self, reset: bool = False) -> LoadStats:
-        """Is the training loop waiting on data, and on which stage: see :meth:`load_stats`."""
-        return self.load_stats(reset)
 
     def __repr__(self) -> str:
         plan = self.plan

@@ -21,7 +21,6 @@ from .frameworks.detect import Wrapper
 from .order.mixing import MixSchedule, locate, quotas
 from .order.plan import EpochPlan
 from .order.resume import Resume, wrapped_splits
-from .telemetry.stats import LoadStats
 
 __all__ = ["SOURCE_KEY", "MixedDataset", "mix"]
 
@@ -284,10 +283,6 @@ class MixedDataset(EpochDataset):
             self._saved = MixSchedule(counts, offsets, epoch)
             ends = tuple(o + c for o, c in zip(offsets, counts, strict=True))
             self._schedule = MixSchedule(self.counts, ends, epoch + 1)
-
-    def stats(self, reset: bool = False) -> LoadStats:
-        """Is the training loop waiting on data, and on which stage: see :meth:`load_stats`."""
-        return self.load_stats(reset)
 
     def __repr__(self) -> str:
         parts = ", ".join(f"{n}: {c}" for n, c in zip(self.names, self.counts, strict=True))

@@ -254,7 +254,7 @@ class PackedDataset(GroupedDataset):
         batch[PADDING_KEY] = torch.from_numpy(padding.copy())
         return batch
 
-    def stats(self, epoch: int | None = None) -> PackStats:
+    def pack_stats(self, epoch: int | None = None) -> PackStats:
         """What the packing of ``epoch`` (default: the current one) did with its sequences."""
         epoch = self.epoch if epoch is None else epoch
         packed: PackedEpoch = self.epoch_groups(epoch).details

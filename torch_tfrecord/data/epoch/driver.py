@@ -348,10 +348,10 @@ class EpochDataset(IterableDataset[Any]):
                     yield self.finish(item, epoch)
         self._epoch_guard.finished(epoch)
 
-    def load_stats(self, reset: bool = False) -> LoadStats:
-        """Is the training loop waiting on data, and if so, on which stage: a :class:`LoadStats`
-        (``stats()`` of a :class:`TFRecordDataset` or a mix; packed and bucketed datasets, whose
-        ``stats()`` says what the packing did, have it by this name).
+    def stats(self, reset: bool = False) -> LoadStats:
+        """Is the training loop waiting on data, and if so, on which stage: a :class:`LoadStats`,
+        the same for every dataset (what a packing or bucketing did: ``pack_stats()``,
+        ``bucket_stats()``).
 
         Counted all along at a small cost (``TORCH_TFRECORD_TELEMETRY=0`` turns it off), in
         every process, DataLoader workers included; call it in the main process.
@@ -360,7 +360,7 @@ class EpochDataset(IterableDataset[Any]):
             reset: start a new window after this one (the next call covers what comes after).
 
         Example:
-            >>> stats = dataset.load_stats(reset=True)  # doctest: +SKIP
+            >>> stats = dataset.stats(reset=True)  # doctest: +SKIP
             >>> print(stats)  # doctest: +SKIP
             >>> stats.bottleneck, stats.wait_share  # doctest: +SKIP
             ('image_decode', 0.61)
