@@ -15,7 +15,7 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord.codec import native
-from torch_tfrecord.codec.arrow import plain_column
+from torch_tfrecord.codec.arrow import binary_array, plain_column
 from torch_tfrecord.codec.byte_column import ByteColumn, is_utf8
 from torch_tfrecord.errors import FeatureError
 
@@ -78,25 +78,33 @@ def test_is_utf8_refuses_a_character_split_across_values() -> None:
     assert is_utf8(b"", np.array([0, 0, 0], dtype=np.int64))
 
 
-def test_a_column_past_two_gigabytes_of_offsets_is_large() -> None:
-    from torch_tfrecord.codec.arrow import binary_array
-
+def test_binary_array_takes_items_and_nulls() -> None:
     column = ByteColumn(
-        b"ab", np.array([0, 1, 2], dtype=np.int64), np.array([0, 1, 2], dtype=np.int64), False
+        b"abc", np.array([0, 1, 3], dtype=np.int64), np.array([0, 1, 2], dtype=np.int64), False
     )
-    assert binary_array(column).type == pa.binary()
-    valid = np.array([True, False])
-    assert binary_array(column, valid=valid).to_pylist() == [b"a", None]
+    assert binary_array(column).to_pylist() == [b"a", b"bc"]
+    items = np.array([0, 1, 1, 3], dtype=np.int64)  # "a", "", "bc"
+    array = binary_array(column, items, np.array([True, False, True]))
+    assert array.to_pylist() == [b"a", None, b"bc"] and array.null_count == 1
+    array.validate(full=True)
 
 
-spark_types = pytest.importorskip(
-    "torch_tfrecord.integrations.spark._types", reason="needs pyspark (extra spark)"
-)
+class _SparkTypes:
+    """integrations/spark/_types.py, imported when a test uses it (pyspark is the spark extra)."""
+
+    def __getattr__(self, name: str) -> Any:
+        module = pytest.importorskip(
+            "torch_tfrecord.integrations.spark._types", reason="needs pyspark (extra spark)"
+        )
+        return getattr(module, name)
+
+
+spark_types = _SparkTypes()
 
 
 def spark_batch(records: list[bytes], spec: dict[str, Any], skip: bool = False) -> tuple[pa.RecordBatch, int]:
     """Decoded and built as the Spark reader does (a FixedLen without default: nulls)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
+    to_arrow_schema = pytest.importorskip("pyspark.sql.pandas.types").to_arrow_schema
 
     columns = decoded(records, spark_types.decoding_spec(spec))
     schema = to_arrow_schema(spark_types.schema_for(spec, None))
