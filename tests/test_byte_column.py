@@ -169,3 +169,12 @@ def test_spark_float64_is_widened_exactly() -> None:
     batch, _ = spark_batch(records, spec)
     expected = [np.array(row, dtype=np.float32).astype(np.float64).tolist() for row in values]
     assert batch.column("x").type == pa.list_(pa.float64()) and batch.column("x").to_pylist() == expected
+
+
+def test_bytes_pack_refuses_a_span_outside_the_buffer() -> None:
+    spans = np.array([[0, 2], [2, 0], [1, 3]], dtype=np.int64)
+    offsets, data = native.compiled.bytes_pack(b"abcd", spans)
+    assert np.frombuffer(offsets, dtype=np.int64).tolist() == [0, 2, 2, 5] and bytes(data) == b"abbcd"
+    for bad in ([[3, 2]], [[-1, 1]], [[0, -1]]):
+        with pytest.raises(ValueError, match="outside the buffer"):
+            native.compiled.bytes_pack(b"abcd", np.array(bad, dtype=np.int64))
