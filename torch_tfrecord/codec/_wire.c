@@ -18,7 +18,7 @@
  * decoder's exact error.
  *
  * In sections: columns; the wire format; Example messages; the Python entry points (decode,
- * bytes_rows). Their Python callers: codec/native.py, and data/byte_ring.py (bytes_rows).
+ * bytes_rows, bytes_pack). Their Python callers: codec/native.py, and data/byte_ring.py (bytes_rows).
  */
 #include "_wire.h"
 
@@ -729,11 +729,64 @@ done:
     return out;
 }
 
+/* bytes_pack(buffer, spans): the values cut from buffer at the (start, length) spans, packed
+ * end to end as Arrow lays out a binary column: (offsets, data), offsets int64 [nspans + 1]
+ * (value k is data[offsets[k]:offsets[k + 1]]), both NativeBuffers; no Python object per value. */
+static PyObject *py_bytes_pack(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *buffer_obj, *spans_obj;
+    if (!PyArg_ParseTuple(args, "OO:bytes_pack", &buffer_obj, &spans_obj)) return NULL;
+    Py_buffer buffer, spans;
+    if (PyObject_GetBuffer(buffer_obj, &buffer, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(spans_obj, &spans, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&buffer);
+        return NULL;
+    }
+    PyObject *out = NULL, *offsets_obj = NULL, *data_obj = NULL;
+    Buf offsets = {0}, data = {0};
+    const int64_t *span = (const int64_t *)spans.buf;
+    Py_ssize_t nspans = spans.len / 16;
+    size_t total = 0;
+    for (Py_ssize_t k = 0; k < nspans; k++) {
+        int64_t start = span[2 * k], len = span[2 * k + 1];
+        if (start < 0 || len < 0 || start > buffer.len || len > buffer.len - start) {
+            PyErr_SetString(PyExc_ValueError, "a span lies outside the buffer");
+            goto done;
+        }
+        total += (size_t)len;
+    }
+    if (!buf_reserve(&offsets, (size_t)(nspans + 1) * 8) || !buf_reserve(&data, total)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *offset = (int64_t *)offsets.data;
+    offset[0] = 0;
+    for (Py_ssize_t k = 0; k < nspans; k++) {
+        int64_t len = span[2 * k + 1];
+        if (len) memcpy(data.data + data.len, (const char *)buffer.buf + span[2 * k], (size_t)len);
+        data.len += (size_t)len;
+        offset[k + 1] = (int64_t)data.len;
+    }
+    offsets.len = (size_t)(nspans + 1) * 8;
+    offsets_obj = nb_from_buf(&offsets);
+    data_obj = offsets_obj ? nb_from_buf(&data) : NULL;
+    if (data_obj) out = PyTuple_Pack(2, offsets_obj, data_obj);
+done:
+    Py_XDECREF(offsets_obj);
+    Py_XDECREF(data_obj);
+    free(offsets.data);
+    free(data.data);
+    PyBuffer_Release(&buffer);
+    PyBuffer_Release(&spans);
+    return out;
+}
+
 static PyMethodDef wire_methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_VARARGS | METH_KEYWORDS,
      "decode(buffer, starts, lengths, columns, framed=False, verify_crc=True, sequence=False)\n"
      "-> list of (status, rows, values, steps) per column, or (error, record, column)."},
     {"bytes_rows", py_bytes_rows, METH_VARARGS, "bytes_rows(buffer, spans, rows, scalar) -> list"},
+    {"bytes_pack", py_bytes_pack, METH_VARARGS, "bytes_pack(buffer, spans) -> (offsets, data)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -22,11 +22,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from .byte_column import ByteColumn
 from .encode import BytesList, encode_example
 from .ragged import Ragged
 from .spec import FeatureSpec, FixedLen, FixedLenSequence
 
 __all__ = [
+    "binary_array",
     "encode_rows",
     "fixed_array",
     "is_list",
@@ -50,11 +52,15 @@ def numpy_of(tensor: torch.Tensor) -> np.ndarray[Any, Any]:
     return tensor.numpy()
 
 
-def list_array(offsets: np.ndarray[Any, Any], values: pa.Array) -> pa.Array:
-    """A list column of ``values`` cut at ``offsets`` (a large list past 2**31 values)."""
+def list_array(
+    offsets: np.ndarray[Any, Any], values: pa.Array, valid: np.ndarray[Any, Any] | None = None
+) -> pa.Array:
+    """A list column of ``values`` cut at ``offsets`` (a large list past 2**31 values), null
+    where ``valid`` is False."""
+    mask = None if valid is None or valid.all() else pa.array(~valid)
     if offsets[-1] <= _OFFSET32_LIMIT:
-        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), values)
+        return pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), values, mask=mask)
+    return pa.LargeListArray.from_arrays(pa.array(offsets), values, mask=mask)
 
 
 def fixed_array(values: np.ndarray[Any, Any]) -> pa.Array:
@@ -74,13 +80,42 @@ def text_type(dtype: Any) -> pa.DataType:
     return pa.string() if dtype is str else pa.binary()
 
 
+def binary_array(
+    column: ByteColumn, offsets: np.ndarray[Any, Any] | None = None, valid: np.ndarray[Any, Any] | None = None
+) -> pa.Array:
+    """A :class:`ByteColumn`'s buffers as a binary (``str``: string) array, no copy of its bytes:
+    its values, or with ``offsets`` (into its data, ``[items + 1]``) those items, null where
+    ``valid`` is False (a large binary / string past 2**31 bytes)."""
+    bounds = column.offsets if offsets is None else offsets
+    large = int(bounds[-1]) > _OFFSET32_LIMIT
+    if column.text:
+        kind = pa.large_string() if large else pa.string()
+    else:
+        kind = pa.large_binary() if large else pa.binary()
+    nulls = None if valid is None or valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    null_count = 0 if nulls is None else int(len(valid) - np.count_nonzero(valid))  # type: ignore[arg-type]
+    buffers = [nulls, pa.py_buffer(bounds.astype(np.int64 if large else np.int32)), pa.py_buffer(column.data)]
+    return pa.Array.from_buffers(kind, len(bounds) - 1, buffers, null_count=null_count)
+
+
+def _packed_column(spec: FeatureSpec | None, value: ByteColumn) -> pa.Array:
+    if isinstance(spec, FixedLen) and spec.shape == ():  # one value a row: the values are the column
+        return binary_array(value)
+    values = binary_array(value)
+    if isinstance(spec, FixedLen):
+        return pa.FixedSizeListArray.from_arrays(values, spec.shape[0])
+    return list_array(value.rows, values)
+
+
 def plain_column(spec: FeatureSpec | None, value: Any) -> pa.Array:
     """A decoded column (:func:`~torch_tfrecord.decode_batch`) of FixedLen, VarLen or
-    FixedLenSequence values as a plain Arrow array."""
+    FixedLenSequence values as a plain Arrow array (bytes and str also as a :class:`ByteColumn`)."""
     if isinstance(value, torch.Tensor):  # FixedLen numeric: [rows, *shape]
         return fixed_array(numpy_of(value))
     if isinstance(value, Ragged):
         return ragged_array(value)
+    if isinstance(value, ByteColumn):
+        return _packed_column(spec, value)
     dtype = getattr(spec, "dtype", bytes)  # images and raw tensors come here as their bytes
     if isinstance(spec, FixedLen) and spec.shape == ():
         return pa.array(value, type=text_type(dtype))

@@ -15,9 +15,11 @@ which raises the exact error (class, key, record and message), so both decoders 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from types import ModuleType
 from typing import Any, Literal
 
@@ -39,9 +41,18 @@ from .assemble import (
     stack_raw,
     text_steps,
 )
+from .byte_column import ByteColumn, is_utf8
 from .spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen, list_kind
 
-__all__ = ["ENV_VAR", "Rejected", "decode_examples", "decode_framed", "decode_sequences", "decoder"]
+__all__ = [
+    "ENV_VAR",
+    "Rejected",
+    "decode_examples",
+    "decode_framed",
+    "decode_sequences",
+    "decoder",
+    "packed_bytes",
+]
 
 # The extension as a name of this module, so that tests can take it away (None: not built).
 _native: ModuleType | None = compiled
@@ -58,6 +69,8 @@ _REASONS = {
     "DECODE_FRAME": "the record framing does not match its index entry",
     "DECODE_CRC": "a CRC does not match",
 }
+# Set by packed_bytes(): bytes and str columns as ByteColumn instead of lists of Python objects.
+_PACKED: ContextVar[bool] = ContextVar("torch_tfrecord_packed_bytes", default=False)
 # FixedLen numbers that need no cast: the column's values are the tensor (fixed_tensor's result).
 _NATURAL = {torch.int64: np.int64, torch.float32: np.float32}
 
@@ -99,6 +112,27 @@ def decoder() -> Literal["native", "python"]:
         f"the native decoder {state}{hint}; decoding with the protobuf runtime, several times slower",
     )
     return "python"
+
+
+@contextlib.contextmanager
+def packed_bytes() -> Iterator[None]:
+    """Within it, the native decoder gives a VarLen bytes / str feature, or a FixedLen one of
+    shape ``()`` or ``(n,)`` without a default, as a :class:`ByteColumn` (the values packed in
+    one buffer, as Arrow holds them) instead of lists of ``bytes`` / ``str``: for Arrow
+    consumers (:func:`torch_tfrecord.codec.arrow.plain_column` takes either). The protobuf
+    decoder, and str values that are not all UTF-8 (to raise naming the record), still give lists.
+    """
+    token = _PACKED.set(True)
+    try:
+        yield
+    finally:
+        _PACKED.reset(token)
+
+
+def _packable(spec: FeatureSpec) -> bool:
+    if type(spec) is VarLen:
+        return True
+    return type(spec) is FixedLen and spec.default is None and len(spec.shape) <= 1
 
 
 def _code(name: str) -> int:
@@ -185,6 +219,17 @@ class _Assembler:
         assert _native is not None
         return _native.bytes_rows(self.buffer, values, rows_buffer, scalar)  # type: ignore[no-any-return]
 
+    def packed(self, spec: FixedLen | VarLen, values: Any, rows_buffer: Any) -> ByteColumn | None:
+        """The values packed (the extension checked a FixedLen's counts); None for str values
+        that are not all UTF-8 (the lists' path raises naming the record)."""
+        assert _native is not None
+        offsets, data = _native.bytes_pack(self.buffer, values)
+        offsets = np.frombuffer(offsets, dtype=np.int64)
+        text = spec.dtype is str
+        if text and not is_utf8(data, offsets):
+            return None
+        return ByteColumn(data, offsets, np.frombuffer(rows_buffer, dtype=np.int64), text)
+
     def singles(self, values: Any) -> list[memoryview]:
         """Each record's only value (RawTensor, Image), as a view of the buffer."""
         spans = np.frombuffer(values, dtype=np.int64).reshape(-1, 2).tolist()
@@ -206,6 +251,10 @@ class _Assembler:
             tensors = [raw_tensor(where, spec, i, singles[i], list(dims)) for i in range(self.n)]
             return stack_raw(spec, tensors)
         kind = list_kind(spec.dtype)
+        if kind == "bytes_list" and _PACKED.get() and isinstance(spec, FixedLen | VarLen) and _packable(spec):
+            packed = self.packed(spec, values, rows_buffer)
+            if packed is not None:
+                return packed
         if isinstance(spec, FixedLen):
             if kind == "bytes_list":
                 return self.fixed_bytes(where, spec, status, rows_buffer, values)

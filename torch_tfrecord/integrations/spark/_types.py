@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 import torch
 from pyspark.sql import types as st
 
-from ...codec.arrow import encode_rows, numpy_of, plain_column, steps_array
+from ...codec.arrow import binary_array, encode_rows, list_array, numpy_of, plain_column, steps_array
+from ...codec.byte_column import ByteColumn
 from ...codec.payloads import LENGTHS_KEY, RECORD_KEY, Payload, RawPayload, SequencePayload
 from ...codec.ragged import Ragged
 from ...codec.spec import FeatureSpec, FixedLen, FixedLenSequence, Image, RawTensor, VarLen
@@ -126,11 +127,17 @@ def _nullable(spec: FeatureSpec) -> bool:
 
 def decoding_spec(spec: Mapping[str, FeatureSpec]) -> dict[str, FeatureSpec]:
     """The spec the records are decoded with: a FixedLen without a default as a VarLen, whose
-    lengths say which rows lack it (:func:`to_batch` checks the others' lengths)."""
-    return {
-        key: VarLen(feature.dtype) if isinstance(feature, FixedLen) and _nullable(feature) else feature
-        for key, feature in spec.items()
-    }
+    lengths say which rows lack it (:func:`to_batch` checks the others' lengths); a float64
+    VarLen as the float32 its float_list holds (:func:`to_batch`'s cast to the schema's
+    DoubleType widens it in Arrow, cheaper than in torch; every float32 is a float64 exactly)."""
+    decoded: dict[str, FeatureSpec] = {}
+    for key, feature in spec.items():
+        if isinstance(feature, FixedLen) and _nullable(feature):
+            feature = VarLen(feature.dtype)
+        if type(feature) is VarLen and feature.dtype == torch.float64:
+            feature = VarLen(torch.float32)
+        decoded[key] = feature
+    return decoded
 
 
 def _fixed_with_nulls(
@@ -142,7 +149,9 @@ def _fixed_with_nulls(
     if isinstance(value, Ragged):
         counts = np.diff(value.offsets.numpy())
         values: Any = numpy_of(value.values)
-    else:  # bytes / str: a list per row
+    elif isinstance(value, ByteColumn):
+        counts = value.counts()
+    else:  # bytes / str lists (the protobuf decoder's): a list per row
         counts = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
         values = value
     wrong = np.flatnonzero((counts != 0) & (counts != numel))
@@ -157,12 +166,18 @@ def _fixed_with_nulls(
             )
     present = counts == numel
     rows = len(counts)
+    if isinstance(value, ByteColumn):  # (its buffers as they are; the bad rows are filtered out)
+        if spec.shape == ():  # a row's one value, or none: each row's bytes end where the next begin
+            return binary_array(value, value.offsets[value.rows], present)
+        return list_array(value.rows, binary_array(value), present)
     if isinstance(values, np.ndarray):
+        if present.all() and len(values) == rows * numel:  # (the common case: no null)
+            return plain_column(spec, torch.from_numpy(values.reshape(rows, *spec.shape)))
         full = np.zeros((rows, *spec.shape), dtype=values.dtype)
         keep_values = np.repeat(present, counts)
         full[present] = values[keep_values].reshape(-1, *spec.shape)
         array = plain_column(spec, torch.from_numpy(full))
-    elif spec.shape == ():  # (the common case: a row's one value, or a null; no Python per row)
+    elif spec.shape == ():  # (no Python per row)
         kind = pa.string() if spec.dtype is str else pa.binary()
         flat = pa.array(itertools.chain.from_iterable(values), type=kind, size=int(counts.sum()))
         if present.all() and len(flat) == rows:
