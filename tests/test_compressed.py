@@ -108,7 +108,7 @@ def test_tensorflow_written_shards_read_as_tensorflow_parses_them(
 
 
 def test_no_index_scans_once_and_logs(golden_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.INFO, logger="torch_tfrecord.records.shards.index"):
+    with caplog.at_level(logging.INFO, logger="torch_tfrecord.records.shards.index_files"):
         tt.TFRecordDataset(golden_dir / "b-gzip.tfrecord.gz", spec=SPEC)
     assert (
         "no index for" in caplog.text
