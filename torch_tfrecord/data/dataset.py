@@ -17,9 +17,10 @@ import numpy.typing as npt
 from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
 from ..records.reader import OnError
-from ..records.shards.files import RecordFiles, record_files
+from ..records.shards.files import record_files
 from ..records.shards.index import IndexArg
 from ..records.shards.resolve import CacheDir
+from ..records.shards.shard_records import ShardRecords
 from .decoding import SeededTransform, check_transform_threads, decoder_for, transformed
 from .epoch.driver import DEFAULT_PREFETCH, EpochDataset
 from .epoch.world import resolve_world
@@ -47,7 +48,8 @@ class TFRecordDataset(EpochDataset):
     Args:
         sources: files, globs, directories or URLs such as ``"s3://bucket/train-*.tfrecord"``
             (sorted, so every rank sees the same list), or a
-            :class:`~torch_tfrecord.records.shards.files.RecordFiles` (e.g. a selection of records).
+            :class:`~torch_tfrecord.records.shards.shard_records.ShardRecords` (records read by id: e.g. a
+            TFDS split's ranges of records, or a selection).
         select: read only the records of a selection: a selection file's path (made by
             :func:`torch_tfrecord.select` or ``tfrecord-index select``) or a
             :class:`~torch_tfrecord.Selection`, made for these shards (a selection of other or
@@ -136,7 +138,7 @@ class TFRecordDataset(EpochDataset):
 
     def __init__(
         self,
-        sources: PathLike | Sequence[PathLike] | RecordFiles,
+        sources: PathLike | Sequence[PathLike] | ShardRecords,
         *,
         select: Selection | PathLike | None = None,
         subset: Subset = None,

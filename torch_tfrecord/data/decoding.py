@@ -29,7 +29,7 @@ from ..codec.spec import FeatureSpec, Image, normalize_spec
 from ..codec.spec_file import decode_spec_json, read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
-from ..records.shards.files import RecordFiles
+from ..records.shards.shard_records import ShardRecords
 from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
 from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
@@ -59,7 +59,7 @@ class BatchDecoder:
 
     def __init__(
         self,
-        files: RecordFiles,
+        files: ShardRecords,
         spec: dict[str, FeatureSpec] | None,
         *,
         verify_crc: bool,
@@ -230,7 +230,7 @@ class BatchDecoder:
         return split_batch(batch, size) if self.payload is None else self.payload.split(batch, size)
 
 
-def _sample_dtypes(files: RecordFiles) -> dict[str, Any]:
+def _sample_dtypes(files: ShardRecords) -> dict[str, Any]:
     """Feature types from the first records of every shard (one run of reads per shard)."""
     per_shard = -(-_TYPE_SAMPLE // max(1, len(files.shard_sizes)))
     starts = np.cumsum((0, *files.shard_sizes[:-1]), dtype=np.int64)
@@ -324,7 +324,7 @@ def transformed(transform: SeededTransform | None, item: dict[str, Any], seed: i
 
 
 def decoder_for(
-    files: RecordFiles,
+    files: ShardRecords,
     spec: SpecArg | str,
     context_spec: SpecArg,
     sequence_spec: SpecArg,

@@ -12,9 +12,10 @@ from torch.utils.data import Dataset
 
 from ..codec.decode import SpecArg
 from ..records.io import PathLike, StorageOptions
-from ..records.shards.files import RecordFiles, record_files
+from ..records.shards.files import record_files
 from ..records.shards.index import IndexArg
 from ..records.shards.resolve import CacheDir
+from ..records.shards.shard_records import ShardRecords
 from ..support.seeds import mix_seed
 from .decoding import SeededTransform, decoder_for
 from .epoch.world import SharedEpoch
@@ -53,7 +54,7 @@ class IndexedTFRecordDataset(Dataset[dict[str, Any]]):
 
     def __init__(
         self,
-        sources: PathLike | Sequence[PathLike] | RecordFiles,
+        sources: PathLike | Sequence[PathLike] | ShardRecords,
         *,
         select: Selection | PathLike | None = None,
         subset: Subset = None,

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from .plan import EpochPlan, Progress, WorkerSlice
 
 if TYPE_CHECKING:
-    from ...records.shards.files import RecordFiles
+    from ...records.shards.shard_records import ShardRecords
 
 __all__ = ["ReadSchedule", "shard_uses"]
 
@@ -66,7 +66,7 @@ class ReadSchedule:
 
     def __init__(
         self,
-        files: RecordFiles,
+        files: ShardRecords,
         plan: EpochPlan,
         epoch: int,
         workers: WorkerSlice,

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from ...errors import SelectionError
 from ...records.io import PathLike, StorageOptions
 from ...records.reader import OnError
 from ...records.shards.files import RecordFiles
+from ...records.shards.shard_records import ShardRecords
 from ...support.extension import compiled as _native
 from .selection import Selection
 from .subsets import Subset, chosen_records
@@ -38,7 +38,7 @@ LISTED_BYTES = 32 << 20
 a batch finds its records by one lookup (a bitmap's own select costs tens of microseconds)."""
 
 
-class SelectedFiles(RecordFiles):
+class SelectedFiles(ShardRecords):
     """The selected records of ``files``, read by their place in the selection.
 
     Record ``i`` is the ``i``-th selected record (in file order); each shard keeps its number and
@@ -53,7 +53,7 @@ class SelectedFiles(RecordFiles):
     """
 
     def __init__(self, files: RecordFiles, selection: Selection) -> None:
-        # Not RecordFiles.__init__: the reading is the base files'; this is a view of their records.
+        # A view of the base files' records: the reading is theirs (what is known of the shards too).
         self.selection = selection
         self.base = _with_ranged_reads(files, selection.counts)
         base = self.base
@@ -103,9 +103,6 @@ class SelectedFiles(RecordFiles):
         """``(shard, record number in the shard's file)`` of each selected record."""
         return self.base.locate(self.record_ids(record_ids))
 
-    def describe(self, record_id: int) -> str:
-        return self.base.describe(int(self.record_ids([record_id])[0]))
-
     def read(
         self, record_ids: npt.ArrayLike, *, verify_crc: bool = True, on_error: OnError = "raise"
     ) -> list[bytes | None]:
@@ -115,11 +112,6 @@ class SelectedFiles(RecordFiles):
         self, record_ids: npt.ArrayLike, scratch: bytearray | None = None
     ) -> tuple[bytearray, npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         return self.base.read_framed(self.record_ids(record_ids), scratch)
-
-    def keep_ranges(self, ranges: Sequence[tuple[int, int, int]]) -> RecordFiles:
-        raise ValueError(
-            "keep ranges of the files, then the records (a selection of a selection is not kept)"
-        )
 
     def hold_window(self, records: int) -> None:
         self.base.hold_window(records)
@@ -144,13 +136,13 @@ def _with_ranged_reads(files: RecordFiles, counts: npt.NDArray[np.int64]) -> Rec
 
 
 def selected_files(
-    files: RecordFiles,
+    files: ShardRecords,
     *,
     select: Selection | PathLike | None = None,
     subset: Subset = None,
     seed: int = 0,
     storage_options: StorageOptions = None,
-) -> RecordFiles:
+) -> ShardRecords:
     """``files`` as a dataset with ``select=`` and ``subset=`` reads them (``files`` itself when
     both are None): the records the selection keeps, narrowed by ``subset``.
 
@@ -159,7 +151,7 @@ def selected_files(
     """
     if select is None and subset is None:
         return files
-    if isinstance(files, SelectedFiles):
+    if not isinstance(files, RecordFiles):  # (a selection already)
         raise ValueError("these files are a selection already: give select= and subset= to the dataset once")
     selection = chosen_records(files, select, subset, seed, storage_options)
     if not len(selection):

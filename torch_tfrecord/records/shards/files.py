@@ -31,6 +31,7 @@ from ..sources import BatchReadFailed, Storage
 from .index import IndexArg, ShardIndex
 from .pool import CAPS, ShardPool, using_pool
 from .resolve import CacheDir, resolve_shards, shards_of_tables
+from .shard_records import ShardRecords
 from .shard_set import ShardSet
 from .tables import ShardTables
 
@@ -51,7 +52,7 @@ def grown(buffer: bytearray, size: int) -> bytearray:
     return buffer
 
 
-class RecordFiles:
+class RecordFiles(ShardRecords):
     """Shard files and their indexes, read by global record id.
 
     Each shard's :class:`~torch_tfrecord.records.sources.ShardSpec` says what it is; each process
@@ -151,19 +152,6 @@ class RecordFiles:
         )
 
     @property
-    def remote_requests(self) -> int:
-        """Ranged requests this process has made to remote files (none for local ones)."""
-        return self.pool.requests
-
-    @property
-    def num_records(self) -> int:
-        return int(self.starts[-1])
-
-    @property
-    def shard_sizes(self) -> tuple[int, ...]:
-        return tuple(int(count) for count in self.counts)
-
-    @property
     def fingerprint(self) -> str:
         """Identifies the data: file names, sizes and record counts (not the directory they are in)."""
         digest = hashlib.sha256()
@@ -182,11 +170,6 @@ class RecordFiles:
             raise IndexError(f"record ids must lie in [0, {self.num_records})")
         shards = np.searchsorted(self.starts, ids, side="right") - 1
         return shards, ids - self.starts[shards]
-
-    def describe(self, record_id: int) -> str:
-        """``"record 17 of 'train-00001.tfrecord'"``, for error messages."""
-        shards, local = self.locate([record_id])
-        return f"record {int(local[0])} of {self.paths[int(shards[0])]!r}"
 
     @using_pool
     def read(
@@ -340,11 +323,6 @@ class RecordFiles:
             largest_mean = max(index.uncompressed_size / max(1, len(index.table)) for index in compressed)
             self.pool.hold_window(int(records * largest_mean) + 2 * SEGMENT)
 
-    @property
-    def cache_bytes(self) -> int:
-        """Inflated bytes each compressed shard keeps (a block shuffle's window)."""
-        return self.pool.window
-
     def _read_shard(
         self, shard: int, numbers: npt.NDArray[np.int64], verify_crc: bool, on_error: OnError
     ) -> list[bytes | None]:
@@ -384,16 +362,16 @@ class RecordFiles:
 
 
 def record_files(
-    sources: PathLike | Sequence[PathLike] | RecordFiles,
+    sources: PathLike | Sequence[PathLike] | ShardRecords,
     index: IndexArg,
     storage_options: StorageOptions,
     on_error: OnError = "raise",
     cache_dir: CacheDir = None,
     cache_limit: int | str | None = None,
-) -> RecordFiles:
-    """The files of ``sources`` (see :meth:`RecordFiles.from_sources`); a :class:`RecordFiles` made
-    beforehand (e.g. a selection of records, as ``tt.from_tfds`` makes) is used as it is."""
-    if isinstance(sources, RecordFiles):
+) -> ShardRecords:
+    """The files of ``sources`` (see :meth:`RecordFiles.from_sources`); records made beforehand
+    (e.g. a range of records, as ``tt.from_tfds`` makes, or a selection) are used as they are."""
+    if isinstance(sources, ShardRecords):
         if (
             index is not None
             or storage_options is not None
