@@ -64,7 +64,7 @@ def test_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert "25 records in 3 shards" in capsys.readouterr().out
     assert _records(back) == records  # byte for byte
     assert (back / "spec.json").exists()
-    assert tt.IndexedTFRecordDataset(str(back))._decoder.spec == spec
+    assert tt.IndexedTFRecordDataset(str(back))._decoder.feature_spec == spec
 
 
 def test_spec_beside_the_sources_is_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

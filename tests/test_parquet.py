@@ -100,7 +100,7 @@ def test_columns_are_plain_arrow_types(tmp_path: str) -> None:
                                     "image": b"\x89PNG fake"}  # fmt: skip
     back = tt.from_parquet(out, os.path.join(tmp_path, "back"))
     assert back.spec == spec  # the metadata's spec, Image included, saved as spec.json
-    assert tt.IndexedTFRecordDataset(os.path.join(tmp_path, "back"))._decoder.spec == spec
+    assert tt.IndexedTFRecordDataset(os.path.join(tmp_path, "back"))._decoder.feature_spec == spec
 
 
 def test_sequence_examples_as_lists_of_lists(tmp_path: str) -> None:

@@ -226,7 +226,7 @@ class TFRecordDataset(EpochDataset):
         return transformed(self._transform, loaded, self.plan.seed, epoch)
 
     def guard_spec(self) -> Mapping[str, Any] | None:
-        return self._decoder.spec
+        return self._decoder.feature_spec
 
     def _read_schedule(
         self, plan: EpochPlan, epoch: int, workers: WorkerSlice, progress: Progress, skip: int

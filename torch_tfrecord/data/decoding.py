@@ -73,7 +73,7 @@ class BatchDecoder:
         if keys & reserved:
             raise ValueError(f"feature key {sorted(keys & reserved)[0]!r} is reserved for metadata")
         self.files = files
-        self.spec = spec
+        self.feature_spec = spec
         # Not an Example (spec="raw", SequenceExamples): the payload decodes the records.
         self.payload = payload
         # spec=None: the type of each key from a sample, for batches whose Features of a key
@@ -143,7 +143,7 @@ class BatchDecoder:
         With ``on_error="skip"`` the returned ids and flags say which records stand in for
         damaged ones.
         """
-        if self.payload is None and self.spec is not None and native.decoder() == "native":
+        if self.payload is None and self.feature_spec is not None and native.decoder() == "native":
             decoded = self._decode_natively(ids)
             if decoded is not None:
                 return decoded, ids, padding
@@ -164,7 +164,7 @@ class BatchDecoder:
     def _decode_natively(self, ids: npt.NDArray[np.int64]) -> dict[str, Any] | None:
         """Reads and decodes in compiled code; None for anything amiss (the careful path below
         then raises or skips with the exact error)."""
-        assert self.spec is not None
+        assert self.feature_spec is not None
         # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
         scratch, self._scratch = self._scratch or bytearray(), None
         try:
@@ -180,7 +180,8 @@ class BatchDecoder:
             try:
                 # The columns own their memory (values, and bytes copied out): nothing keeps
                 # a view of the buffer once this returns.
-                columns = native.decode_framed(buffer, starts, sizes, self.spec, verify_crc=self.verify_crc)
+                spec, crc = self.feature_spec, self.verify_crc
+                columns = native.decode_framed(buffer, starts, sizes, spec, verify_crc=crc)
                 end(DECODE, token, len(ids))
                 return columns
             except (native.Rejected, FeatureError):
@@ -223,7 +224,7 @@ class BatchDecoder:
     def _columns(self, records: list[bytes], locations: list[str] | None = None) -> dict[str, Any]:
         if self.payload is not None:
             return self.payload.decode(records, locations)
-        return decode_batch(records, self.spec, locations=locations, dtypes=self.dtypes)
+        return decode_batch(records, self.feature_spec, locations=locations, dtypes=self.dtypes)
 
     def split(self, batch: dict[str, Any], size: int) -> list[dict[str, Any]]:
         """The samples of a batch that :meth:`decode` returned."""

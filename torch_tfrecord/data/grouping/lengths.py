@@ -79,7 +79,7 @@ def keys_decoder(dataset: TFRecordDataset, keys: Sequence[str]) -> BatchDecoder:
     verify_crc, on_error = decoder.verify_crc, decoder.on_error
     payload = decoder.payload
     if payload is None:
-        spec = {key: _spec_of(key, decoder.spec, False, "the dataset's spec") for key in keys}
+        spec = {key: _spec_of(key, decoder.feature_spec, False, "the dataset's spec") for key in keys}
         return BatchDecoder(dataset.files, spec, verify_crc=verify_crc, on_error=on_error)
     if not isinstance(payload, SequencePayload):
         raise SpecError(f"the dataset decodes no features ({type(payload).__name__}): nothing to pack")

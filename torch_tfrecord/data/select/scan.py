@@ -41,7 +41,7 @@ __all__ = ["SURVEY_RECORDS", "RecordTest", "ScanShard", "first_records", "scan_s
 logger = logging.getLogger(__name__)
 
 Mask = npt.NDArray[np.bool_]
-Progress = Callable[[int, bool], None]
+ScanProgress = Callable[[int, bool], None]
 """Told ``(records scanned since the last call, whether a shard was finished)``."""
 _BATCH_RECORDS = 4096
 _BATCH_BYTES = 16 << 20
@@ -147,7 +147,7 @@ def _scan_one(
     test: RecordTest,
     verify_crc: bool,
     storage_options: StorageOptions,
-    progress: Progress | None = None,
+    progress: ScanProgress | None = None,
 ) -> _Scanned:
     masks: list[Mask] = []
     count = size = 0
@@ -192,7 +192,7 @@ def scan_selection(
     jobs: int | None = 1,
     verify_crc: bool = True,
     storage_options: StorageOptions = None,
-    progress: Progress | None = None,
+    progress: ScanProgress | None = None,
     where: str = "",
 ) -> Selection:
     """Every record of ``shards`` through ``test``, in one pass: the records it passes.
@@ -246,7 +246,7 @@ def _in_processes(
     jobs: int,
     verify_crc: bool,
     storage_options: StorageOptions,
-    progress: Progress | None,
+    progress: ScanProgress | None,
 ) -> list[_Scanned]:
     try:
         pickle.dumps(test)

@@ -24,7 +24,7 @@ from ...errors import SelectionError
 from ...records.io import PathLike, StorageOptions, is_url, local_path
 from ...records.shards.files import RecordFiles
 from ...records.shards.index import IndexArg
-from .scan import Progress, RecordTest, scan_selection, scan_shards
+from .scan import RecordTest, ScanProgress, scan_selection, scan_shards
 from .selection import Selection
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def select(
     index: IndexArg = None,
     storage_options: StorageOptions = None,
     verify_crc: bool = True,
-    progress: Progress | None = None,
+    progress: ScanProgress | None = None,
 ) -> Selection:
     """Scans every record of ``sources`` once and selects those that pass a filter or a predicate.
 
