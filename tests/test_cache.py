@@ -458,8 +458,8 @@ def test_downloads_ahead_start_a_bounded_number_at_a_time(
     needed is fetched, each once."""
     from remote_servers import RangedFileServer
 
+    from torch_tfrecord.records.shard_access import ShardSpec, Storage
     from torch_tfrecord.records.shards import pool as shard_pool
-    from torch_tfrecord.records.sources import ShardSpec, Storage
 
     monkeypatch.setattr(shard_pool, "FETCHES_STARTED", 6)
     # The pool's fetches are counted here, so no hedged request (test_remote_faults.py has those):

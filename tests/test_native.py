@@ -645,8 +645,8 @@ def _long_shard(path: Path, records: int = 600) -> Path:
 
 
 def test_a_file_cut_short_while_mapped_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    from torch_tfrecord.records.shard_access import BatchReadFailed
     from torch_tfrecord.records.shards.files import RecordFiles
-    from torch_tfrecord.records.sources import BatchReadFailed
 
     if _extension.compiled is None:
         pytest.skip("the extension is not built")
@@ -880,8 +880,8 @@ def test_empty_batch_decodes_alike(
 def test_read_framed_leaves_damage_and_read_errors_to_the_careful_path(
     id_shards: Callable[..., list[Path]],
 ) -> None:
+    from torch_tfrecord.records.shard_access import BatchReadFailed
     from torch_tfrecord.records.shards.files import RecordFiles
-    from torch_tfrecord.records.sources import BatchReadFailed
 
     paths = id_shards([4])
     files = RecordFiles.from_sources(paths)

@@ -29,8 +29,8 @@ from ..codec.spec import FeatureSpec, Image, normalize_spec
 from ..codec.spec_file import decode_spec_json, read_spec_file
 from ..errors import ExampleDecodeError, FeatureError, TFRecordError
 from ..records.reader import OnError
+from ..records.shard_access import BatchReadFailed
 from ..records.shards.shard_records import ShardRecords
-from ..records.sources import BatchReadFailed
 from ..support.seeds import mix_seed
 from ..support.stages import DECODE, READ, TRANSFORM, begin, end, lap
 from .select.selected_files import SelectedFiles

@@ -134,7 +134,7 @@ def _read_run(
 
 
 class RangeSource(Protocol):
-    """Reads byte ranges of one file: a :class:`~torch_tfrecord.records.sources.ShardSource`, or a
+    """Reads byte ranges of one file: a :class:`~torch_tfrecord.records.shard_access.OpenShard`, or a
     remote file (:class:`~torch_tfrecord.records.remote.RemoteFile`)."""
 
     def read_ranges(self, starts: Sequence[int], sizes: Sequence[int]) -> list[bytes]: ...

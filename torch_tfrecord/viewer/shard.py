@@ -77,7 +77,7 @@ class Shard:
         self.scanned = 0  # bytes walked by the index build
         self.problems: list[str] = []  # damage found, in the words `verify` uses
         self.verified: str | None = None  # None (not checked), verifying, ok, damaged
-        self._source: Any = None  # a ShardSource, opened on the first indexed read
+        self._source: Any = None  # a OpenShard, opened on the first indexed read
         self._recent: OrderedDict[int, RecordRead] = OrderedDict()  # the records last read, by number
         self._recent_bytes = 0
         self._lock = threading.Lock()
@@ -385,11 +385,11 @@ class Shard:
     def _open(self) -> Any:
         with self._lock:
             if self._source is None:  # the datasets' sources: a local file, or ranged requests
-                from ..records.sources import ShardKind, ShardSpec, Storage, open_source
+                from ..records.shard_access import ShardKind, ShardSpec, Storage, open_shard
 
                 kind: ShardKind = "remote" if self.remote else "local"
                 spec = ShardSpec(self.path, self.size, kind, stored_size=self.size)
-                self._source = open_source(spec, Storage(dict(self.storage_options or {})))
+                self._source = open_shard(spec, Storage(dict(self.storage_options or {})))
             return self._source
 
     def locate(self, offset: int) -> int | None:

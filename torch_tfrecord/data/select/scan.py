@@ -27,10 +27,10 @@ import numpy.typing as npt
 from ...errors import ExampleDecodeError, FeatureError, SelectionError
 from ...records.io import Compression, PathLike, StorageOptions, resolve_compression
 from ...records.reader import read_records
+from ...records.shard_access import shard_specs
 from ...records.shards.files import RecordFiles
 from ...records.shards.index import IndexArg
 from ...records.shards.resolve import list_shards, resolve_shards
-from ...records.sources import shard_specs
 from ...support.processes import worker_processes
 from ...support.text import plural
 from .id_sets import IdSetParts

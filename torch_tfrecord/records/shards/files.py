@@ -2,7 +2,7 @@
 
 Record ids count through the shards in sorted path order (shard 0's records first). What each
 shard is (local, remote, cached, compressed) is decided once, as its
-:class:`~torch_tfrecord.records.sources.ShardSpec`, when the object is made; each process reads
+:class:`~torch_tfrecord.records.shard_access.ShardSpec`, when the object is made; each process reads
 through its own :class:`~torch_tfrecord.records.shards.pool.ShardPool` of open sources, so one object can
 be handed to DataLoader workers (fork or spawn) or to a pool.
 """
@@ -27,7 +27,7 @@ from ..compressed.inflate import SEGMENT
 from ..entries import read_entries_at
 from ..io import PathLike, StorageOptions
 from ..reader import OnError
-from ..sources import BatchReadFailed, Storage
+from ..shard_access import BatchReadFailed, Storage
 from .index import IndexArg, ShardIndex
 from .pool import CAPS, ShardPool, using_pool
 from .resolve import CacheDir, resolve_shards, shards_of_tables
@@ -55,7 +55,7 @@ def grown(buffer: bytearray, size: int) -> bytearray:
 class RecordFiles(ShardRecords):
     """Shard files and their indexes, read by global record id.
 
-    Each shard's :class:`~torch_tfrecord.records.sources.ShardSpec` says what it is; each process
+    Each shard's :class:`~torch_tfrecord.records.shard_access.ShardSpec` says what it is; each process
     reads through its own pool of open sources (:attr:`pool`): local files with positional reads
     and mappings (a batch of them in one native call), URLs by ranged requests (merged, retried)
     or through the node's cache (fetched whole once per node, then read as local files), GZIP /

@@ -28,7 +28,7 @@ from ..io import PathLike, SourceListing, StorageOptions, is_url, local_path
 from ..manifest import MANIFEST_SUFFIX, Manifest, is_manifest, read_manifest, read_tables
 from ..remote import for_each_path
 from ..remote.cache import ShardCache
-from ..sources import ShardSpec, shard_kind
+from ..shard_access import ShardSpec, shard_kind
 from .index import read_shard_index
 from .index_files import IndexFiles
 from .shard_set import ShardSet

@@ -28,7 +28,7 @@ import numpy as np
 from ...support.stages import Helpers
 from ..remote.cache import cache_key
 from ..remote.eviction import FETCH_AHEAD, ShardUses
-from ..sources import CachedSource, InflatingSource, ShardSource, ShardSpec, Storage, open_source
+from ..shard_access import CachedShard, InflatingShard, OpenShard, ShardSpec, Storage, open_shard
 
 __all__ = ["CAPS", "FETCHES_STARTED", "ShardPool", "using_pool"]
 
@@ -65,7 +65,7 @@ class ShardPool:
         self._reset()
 
     def _reset(self) -> None:
-        self._open: dict[str, OrderedDict[int, ShardSource]] = {kind: OrderedDict() for kind in CAPS}
+        self._open: dict[str, OrderedDict[int, OpenShard]] = {kind: OrderedDict() for kind in CAPS}
         self.fds = np.full(len(self.specs), -1, dtype=np.int64)
         self.maps: list[Any] = [None] * len(self.specs)
         self._lock = threading.RLock()
@@ -73,20 +73,20 @@ class ShardPool:
         self._threads: ThreadPoolExecutor | None = None
         self._uses: dict[int, list[tuple[float, float]]] = {}
         self._complete: set[int] = set()  # cached shards seen complete (fetched ahead no more)
-        self._fetchers: dict[int, CachedSource] = {}  # compressed cached shards' downloads
-        self._fetching: dict[int, CachedSource] = {}  # downloads started ahead, not yet ended
+        self._fetchers: dict[int, CachedShard] = {}  # compressed cached shards' downloads
+        self._fetching: dict[int, CachedShard] = {}  # downloads started ahead, not yet ended
         self._looked = -float("inf")
         self._reads: dict[int, int] = {}  # the reads in progress (by number) and their threads
         self._read_number = 0
         # Sources let go while other threads read: (the last read begun then, the source).
-        self._retired: list[tuple[int, ShardSource]] = []
+        self._retired: list[tuple[int, OpenShard]] = []
 
     def _guard(self) -> threading.RLock:
         if self._pid != os.getpid():  # forked: another thread may have held the lock then
             self._lock, self._threads, self._pid = threading.RLock(), None, os.getpid()
         return self._lock
 
-    def source(self, shard: int) -> ShardSource:
+    def source(self, shard: int) -> OpenShard:
         """Shard ``shard``'s source, opened if it is not open here (maybe letting go of the least
         recently used of its kind)."""
         spec = self.specs[shard]
@@ -99,7 +99,7 @@ class ShardPool:
         # Opened without the lock: opening may take a request (a remote shard checked against
         # its manifest), and the threads reading a batch's shards would wait for each other's
         # (64 shards at 20 ms: 1.3 s, where they overlap in 0.1 s).
-        fresh = open_source(spec, self.storage, window=self.window)
+        fresh = open_shard(spec, self.storage, window=self.window)
         with self._guard():
             source = opened.get(shard)
             if source is None:  # (else another thread opened it meanwhile: theirs is kept)
@@ -113,7 +113,7 @@ class ShardPool:
         fresh.close()
         return source
 
-    def _retire(self, source: ShardSource) -> None:
+    def _retire(self, source: OpenShard) -> None:
         """Closes a source let go (under the lock): now if no other thread is inside a read, else
         once the reads in progress now have ended."""
         me = threading.get_ident()
@@ -165,7 +165,7 @@ class ShardPool:
         """Lets each compressed shard keep about ``window_bytes`` inflated (a block shuffle's window)."""
         self.window = window_bytes
         for source in self._open["inflating"].values():
-            if isinstance(source, InflatingSource):
+            if isinstance(source, InflatingShard):
                 source.window = window_bytes
 
     def each(self, read: Callable[[Any], T], groups: Sequence[Any]) -> list[T]:
@@ -232,21 +232,21 @@ class ShardPool:
         """Waits for the downloads this process started (at the end of an epoch: a worker that
         exits would cut them off, and the next epoch fetch them again)."""
         for source in [*self._open["cached"].values(), *self._fetchers.values(), *self._fetching.values()]:
-            if isinstance(source, CachedSource):
+            if isinstance(source, CachedShard):
                 source.finish()
 
-    def _cached(self, shard: int) -> CachedSource:
+    def _cached(self, shard: int) -> CachedShard:
         """A cached shard's download: its source, or (a compressed one, whose source inflates the
         copy) one of its own."""
         spec = self.specs[shard]
         if not spec.inflating:
             source = self.source(shard)
-            assert isinstance(source, CachedSource)
+            assert isinstance(source, CachedShard)
             return source
         with self._guard():
             fetcher = self._fetchers.get(shard)
             if fetcher is None:
-                fetcher = self._fetchers[shard] = CachedSource(spec, self.storage)
+                fetcher = self._fetchers[shard] = CachedShard(spec, self.storage)
             return fetcher
 
     def fetch(self, shard: int) -> str | None:
@@ -260,7 +260,7 @@ class ShardPool:
         """Requests made to remote objects by this process (those of sources let go included)."""
         return self.storage.requests.value
 
-    def opened(self, kind: str) -> dict[int, ShardSource]:
+    def opened(self, kind: str) -> dict[int, OpenShard]:
         """The sources of ``kind`` (``"local"``, ``"remote"``, ``"cached"``, ``"inflating"``) open
         here, by shard number, least recently used first."""
         return dict(self._open[kind])

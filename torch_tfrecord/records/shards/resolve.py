@@ -5,7 +5,7 @@ The sources are listed once (paths, globs, directories, URLs; sorted) and a mani
 once: named as the source, or beside the listed shards (:mod:`.manifest_shards`, where every check
 of a shard against its manifest lives). With a manifest, the shards' specs, counts and tables come
 from it; without, each shard's index is found or built (:mod:`.index`) and its spec looked up
-(:func:`~torch_tfrecord.records.sources.shard_specs`). Used by the datasets, TFDS loading,
+(:func:`~torch_tfrecord.records.shard_access.shard_specs`). Used by the datasets, TFDS loading,
 selections' scans, Ray, Spark and Beam.
 """
 
@@ -22,7 +22,7 @@ from ..manifest import Manifest, is_manifest
 from ..reader import OnError
 from ..remote import for_each_path
 from ..remote.cache import ShardCache
-from ..sources import shard_specs
+from ..shard_access import shard_specs
 from .index import IndexArg, ShardIndex, resolve_index
 from .index_files import index_files
 from .manifest_shards import find_manifest, manifest_covering, manifest_shards

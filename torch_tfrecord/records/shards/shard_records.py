@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from ..reader import OnError
 from ..remote.cache import ShardCache
-from ..sources import ShardSpec
+from ..shard_access import ShardSpec
 from .pool import ShardPool
 from .shard_set import ShardSet
 from .tables import ShardTables

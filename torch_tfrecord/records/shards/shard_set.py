@@ -18,7 +18,7 @@ import numpy as np
 from ..compressed.index import CompressedIndex
 from ..io import StorageOptions
 from ..remote.cache import ShardCache
-from ..sources import ShardSpec
+from ..shard_access import ShardSpec
 from .index import ShardIndex
 from .tables import TableLoader
 
@@ -31,7 +31,7 @@ class ShardSet:
 
     Attributes:
         paths: the shards (paths or URLs), in record-id order.
-        specs: what each shard is (:class:`~torch_tfrecord.records.sources.ShardSpec`).
+        specs: what each shard is (:class:`~torch_tfrecord.records.shard_access.ShardSpec`).
         tables: each shard's index table or compressed index, or a loader of it.
         counts: each shard's records.
         storage_options: for the fsspec file system of URLs.

@@ -1,12 +1,12 @@
-"""Where a shard's records are read from: decided once, as a frozen :class:`ShardSpec`; opened in
-each process, as a :class:`ShardSource`.
+"""How a shard's records are read: decided once, as a frozen :class:`ShardSpec`; opened in each
+process, as an :class:`OpenShard`.
 
 A shard's stored bytes are local, remote (read by byte ranges) or remote through the node's cache;
 a GZIP / ZLIB shard is inflated over any of them. What each shard is, is decided when a dataset is
 built (:func:`shard_specs`: one look-up per remote shard, concurrently) and is the only thing about
-it that is pickled to DataLoader workers; each process opens a spec into a live source with one
+it that is pickled to DataLoader workers; each process opens a spec into an open shard with one
 interface (read ranges, read into a buffer, recover once from a damaged cached copy, close), one
-implementation per kind. :func:`open_source` is the one place that branches on the kind.
+implementation per kind. :func:`open_shard` is the one place that branches on the kind.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from .remote.cached import CachedFile, file_version
 
 __all__ = [
     "BatchReadFailed",
-    "LocalSource",
+    "LocalShard",
+    "OpenShard",
     "Recovery",
     "ShardKind",
-    "ShardSource",
     "ShardSpec",
     "Storage",
-    "open_source",
+    "open_shard",
     "shard_kind",
     "shard_specs",
 ]
@@ -96,7 +96,7 @@ class ShardSpec:
 
 @dataclasses.dataclass
 class Storage:
-    """What the sources of one dataset share in a process: the file system's options, the node's
+    """What the shards of one dataset share in a process: the file system's options, the node's
     cache, the count of remote requests, and the reader's place (for the cache's eviction order)."""
 
     storage_options: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -158,7 +158,7 @@ class Recovery:
         return False
 
 
-class ShardSource(ABC):
+class OpenShard(ABC):
     """A shard opened in this process: byte ranges of its record stream.
 
     Failures are exceptions: :class:`~torch_tfrecord.errors.TFRecordError` subclasses for damage,
@@ -189,7 +189,7 @@ class ShardSource(ABC):
             view[at : at + size] = piece
             at += size
 
-    def local(self) -> LocalSource | None:
+    def local(self) -> LocalShard | None:
         """The shard as a local file, if it is one now (a local shard, a remote one's complete
         cached copy): for the batch read of many shards in one native call."""
         return None
@@ -207,7 +207,7 @@ class ShardSource(ABC):
         """Lets go of what the source holds."""
 
 
-class LocalSource(ShardSource):
+class LocalShard(OpenShard):
     """A local file: a descriptor (positional reads, safe across threads and forks) and a
     read-only mapping (the native batch read copies records that lie apart from it)."""
 
@@ -234,7 +234,7 @@ class LocalSource(ShardSource):
         if whole != len(offsets):
             raise BatchReadFailed(f"{self.path!r} is shorter than its index says")
 
-    def local(self) -> LocalSource:
+    def local(self) -> LocalShard:
         return self
 
     def describe(self) -> str:
@@ -252,7 +252,7 @@ class LocalSource(ShardSource):
             self.fd = -1
 
 
-class RemoteSource(ShardSource):
+class RemoteShard(OpenShard):
     """A remote object, by byte ranges: neighbours merged, sequential reads ahead, retries."""
 
     def __init__(self, spec: ShardSpec, storage: Storage) -> None:
@@ -273,7 +273,7 @@ class RemoteSource(ShardSource):
         self.file.close()
 
 
-class CachedSource(ShardSource):
+class CachedShard(OpenShard):
     """A remote object through the node's cache: from the copy once it is complete, meanwhile from
     the download under way or the store (:class:`~torch_tfrecord.records.remote.cached.CachedFile`,
     which opens the copy for each read: safe from any thread). The native batch read reads the
@@ -292,15 +292,15 @@ class CachedSource(ShardSource):
             counter=storage.requests,
             now=storage.clock,
         )
-        self._copy: LocalSource | None = None
+        self._copy: LocalShard | None = None
         count(CACHED, 1)
 
-    def local(self) -> LocalSource | None:
+    def local(self) -> LocalShard | None:
         if self._copy is None:
             path = self.file.local_path()
             if path is not None:
                 try:
-                    self._copy = LocalSource(self.spec, path)
+                    self._copy = LocalShard(self.spec, path)
                 except FileNotFoundError:  # evicted since: read remotely until fetched again
                     return None
         return self._copy
@@ -352,7 +352,7 @@ class _CopyRecovery(Recovery):
     the copy is removed and fetched again, once; damage in the new copy is the data's (its message
     then says it was read from a copy fetched again)."""
 
-    def __init__(self, source: CachedSource) -> None:
+    def __init__(self, source: CachedShard) -> None:
         self.source = source
         self.refetched = False
 
@@ -369,7 +369,7 @@ class _CopyRecovery(Recovery):
         return self.source.fetch() is not None
 
 
-class InflatingSource(ShardSource):
+class InflatingShard(OpenShard):
     """A GZIP / ZLIB shard's record stream, inflated through its seek points, over a local file, a
     remote one's cached copy (waited for: inflating reads in order from a seek point), or the
     remote object itself."""
@@ -380,7 +380,7 @@ class InflatingSource(ShardSource):
         path, options = spec.path, None
         if spec.kind == "cached":
             token = begin()
-            path = CachedSource(spec, storage).fetch() or spec.path
+            path = CachedShard(spec, storage).fetch() or spec.path
             end(REMOTE, token)
         if is_url(path):
             options = storage.storage_options
@@ -416,21 +416,21 @@ class InflatingSource(ShardSource):
         self.shard.close()
 
 
-def open_source(spec: ShardSpec, storage: Storage, *, window: int = 0) -> ShardSource:
+def open_shard(spec: ShardSpec, storage: Storage, *, window: int = 0) -> OpenShard:
     """``spec`` opened in this process: the one place that branches on what a shard is.
 
     Args:
         spec: the shard.
-        storage: what the dataset's sources share.
+        storage: what the dataset's shards share.
         window: a compressed shard's inflated bytes kept.
 
     Raises:
         FileNotFoundError: a local file that is gone.
     """
     if spec.inflating:
-        return InflatingSource(spec, storage, window)
+        return InflatingShard(spec, storage, window)
     if spec.kind == "local":
-        return LocalSource(spec)
+        return LocalShard(spec)
     if spec.kind == "cached":
-        return CachedSource(spec, storage)
-    return RemoteSource(spec, storage)
+        return CachedShard(spec, storage)
+    return RemoteShard(spec, storage)

@@ -1,4 +1,4 @@
-"""The shard sources (torch_tfrecord/records/sources.py) and their pool: the same contract over
+"""The open shards (torch_tfrecord/records/shard_access.py) and their pool: the same contract over
 every kind: local, ranged remote, cached remote, and inflating over a local and a cached file.
 
 Remote objects live in fsspec's ``memory://`` file system (a forked child has a copy of it).
@@ -23,19 +23,19 @@ import torch_tfrecord as tt
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.entries import read_entries_at
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key
-from torch_tfrecord.records.shards.pool import ShardPool
-from torch_tfrecord.records.sources import (
+from torch_tfrecord.records.shard_access import (
     BatchReadFailed,
-    CachedSource,
-    InflatingSource,
-    LocalSource,
-    RemoteSource,
-    ShardSource,
+    CachedShard,
+    InflatingShard,
+    LocalShard,
+    OpenShard,
+    RemoteShard,
     ShardSpec,
     Storage,
-    open_source,
+    open_shard,
     shard_specs,
 )
+from torch_tfrecord.records.shards.pool import ShardPool
 
 KINDS = ["local", "remote", "cached", "inflating-local", "inflating-cached"]
 PAYLOADS = [bytes([i % 251]) * (37 + 13 * i) for i in range(40)]
@@ -78,13 +78,13 @@ def shard(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Shard]:
 
 def test_the_spec_says_what_the_shard_is(shard: Shard) -> None:
     expected = {
-        "local": (LocalSource, "local"),
-        "remote": (RemoteSource, "remote"),
-        "cached": (CachedSource, "cached"),
-        "inflating-local": (InflatingSource, "local"),
-        "inflating-cached": (InflatingSource, "cached"),
+        "local": (LocalShard, "local"),
+        "remote": (RemoteShard, "remote"),
+        "cached": (CachedShard, "cached"),
+        "inflating-local": (InflatingShard, "local"),
+        "inflating-cached": (InflatingShard, "cached"),
     }
-    source = open_source(shard.spec, shard.storage)
+    source = open_shard(shard.spec, shard.storage)
     kind = next(k for k, (cls, where) in expected.items() if type(source) is cls and shard.spec.kind == where)
     assert shard.spec.size == len(shard.stream)
     assert shard.spec.inflating == kind.startswith("inflating")
@@ -93,7 +93,7 @@ def test_the_spec_says_what_the_shard_is(shard: Shard) -> None:
 
 
 def test_ranges_and_reads_into_a_buffer(shard: Shard) -> None:
-    source = open_source(shard.spec, shard.storage)
+    source = open_shard(shard.spec, shard.storage)
     rng = np.random.default_rng(0)
     starts = rng.integers(0, len(shard.stream) - 50, 30)
     sizes = rng.integers(0, 50, 30)
@@ -109,7 +109,7 @@ def test_ranges_and_reads_into_a_buffer(shard: Shard) -> None:
 
 
 def test_a_read_past_the_end_is_short_and_fails_a_batch_read(shard: Shard) -> None:
-    source = open_source(shard.spec, shard.storage)
+    source = open_shard(shard.spec, shard.storage)
     end = len(shard.stream)
     starts, sizes = np.array([end - 10], dtype=np.int64), np.array([30], dtype=np.int64)
     try:
@@ -143,7 +143,7 @@ def test_damage_is_named_and_a_cached_copy_is_fetched_again_once(shard: Shard) -
     source = pool.source(0)
     numbers = np.arange(len(PAYLOADS))
     assert read_entries_at(source, shard.spec.path, shard.spec.size, shard.table, numbers) == PAYLOADS
-    if isinstance(source, CachedSource):
+    if isinstance(source, CachedShard):
         copy = source.fetch()
         assert copy is not None
         with open(copy, "r+b") as handle:  # the copy damaged, the store intact
@@ -218,7 +218,7 @@ def test_the_native_batch_read_takes_local_files_only(shard: Shard) -> None:
     assert pool.open_local(0) is local
     assert bool(pool.fds[0] >= 0) is local
     if local:
-        source: ShardSource = pool.source(0)
+        source: OpenShard = pool.source(0)
         assert source.local() is not None and pool.fds[0] == source.local().fd  # type: ignore[union-attr]
         pool.forget_local(0)
         assert pool.fds[0] == -1 and pool.maps[0] is None
