@@ -283,7 +283,7 @@ def test_a_manifest_a_records_files_part_and_compressed_shards(tmp_path: Path) -
     assert by_manifest == by_glob
     assert tt.TFRecordDataset(str(manifest), select=by_glob).num_records == len(by_glob)
     # Part of the files (as tt.from_tfds's split slices make them): byte ranges of the shards.
-    files = tt.TFRecordDataset(str(manifest)).files.select([(0, 10, 40), (2, 0, 5)])
+    files = tt.TFRecordDataset(str(manifest)).files.keep_ranges([(0, 10, 40), (2, 0, 5)])
     part = tt.select(files, where="label < 5")
     expected = [i for i, n in enumerate([*range(10, 40), *range(80, 85)]) if _record(n)["label"] < 5]
     assert part.record_ids().tolist() == expected
