@@ -1,6 +1,5 @@
 """Guards against common mistakes in wiring a dataset: each a clear error instead of silent nonsense.
 
-- An empty list of sources (a dataset of no files).
 - A batch-mode dataset under a DataLoader that batches again (batches of batches, stacked).
 - Variable-length features in sample mode under torch's default collate, which cannot stack them.
 - Several epochs of a shuffled dataset without ``set_epoch``: the same order every epoch.
@@ -11,23 +10,11 @@ private fetcher class, no fetcher is found and nothing is checked.
 
 from __future__ import annotations
 
-import os
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["EpochGuard", "check_loader", "check_sources"]
-
-
-def check_sources(sources: object) -> None:
-    """Refuses an empty list of sources: a dataset of 0 files is a mistake, not an empty epoch."""
-    if isinstance(sources, (str, bytes, os.PathLike)):
-        return
-    if isinstance(sources, Sequence) and len(sources) == 0:
-        raise ValueError(
-            f"sources={sources!r} is empty: give at least one file, glob, directory or URL "
-            "(a glob that matches nothing is an error of its own)"
-        )
+__all__ = ["EpochGuard", "check_loader"]
 
 
 def check_loader(fetcher: Any, batch_mode: bool, spec: Mapping[str, Any] | None) -> None:

@@ -2,26 +2,7 @@
 whose names this package hands on as ``tt.order``), the permutation behind every shuffle, mixing
 schedules, the cache's read schedule and saved places (resume)."""
 
-from .plan import (
-    EpochPlan,
-    Progress,
-    Ranges,
-    Shuffle,
-    WorkerSlice,
-    block_size,
-    check_ranges,
-    merge_progress,
-    rest_of_epoch,
-)
+from . import plan
+from .plan import *  # noqa: F403  (tt.order: the epoch plan's names)
 
-__all__ = [
-    "EpochPlan",
-    "Progress",
-    "Ranges",
-    "Shuffle",
-    "WorkerSlice",
-    "block_size",
-    "check_ranges",
-    "merge_progress",
-    "rest_of_epoch",
-]
+__all__ = plan.__all__

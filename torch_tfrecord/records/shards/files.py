@@ -383,13 +383,4 @@ def record_files(
                 "passed as sources"
             )
         return sources
-    return RecordFiles(
-        resolve_shards(
-            sources,
-            index=index,
-            storage_options=storage_options,
-            on_error=on_error,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-        )
-    )
+    return RecordFiles.from_sources(sources, index, storage_options, on_error, cache_dir, cache_limit)
