@@ -1,4 +1,4 @@
-"""The node-local cache of remote shards (records/remote/cache.py, cached.py; data/cache_plan.py).
+"""The node-local cache of remote shards (records/remote/cache.py, cached.py; data/order/schedule.py).
 
 The pure parts (sizes, eviction order, schedules) are checked by themselves; the rest against
 real servers on 127.0.0.1 (moto's S3 server, the GCS emulator) behind a proxy that counts the

@@ -13,7 +13,7 @@ from torch_tfrecord.records.gather import Gathered
 from torch_tfrecord.support import extension
 
 ROOT = Path(__file__).resolve().parent.parent
-HEADERS = ["records/_gather.h", "records/_index.h", "codec/_wire.h", "data/_byte_ring.h"]
+HEADERS = ["records/_gather.h", "records/_index.h", "codec/_wire.h", "data/transport/_byte_ring.h"]
 pytestmark = pytest.mark.skipif(extension.compiled is None, reason="the native extension is not built")
 
 

@@ -1,6 +1,6 @@
 """Load telemetry: ``dataset.stats()`` names the stage the loop waits on, and ``dataset.trace()``.
 
-The stage counters (torch_tfrecord/support/stages.py) and the verdict (data/load_stats.py) are
+The stage counters (torch_tfrecord/support/stages.py) and the verdict (data/telemetry/stats.py) are
 tested on a fake clock and on made-up counters. The synthetic cases run real loops, with 0 and 2
 DataLoader workers, each built so that its bottleneck is unambiguous on a loaded machine: a sleep
 or a request latency of tens of milliseconds per batch against work of well under one.

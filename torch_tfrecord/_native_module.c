@@ -4,9 +4,9 @@
  * Each part is one concern, in the folder of the layer that calls it (see support/_native.h):
  * the foundation (support/_native_buffers.c), the record framing and CRC32C (records/_framing.c),
  * the offset index's text (records/_index.c), batch reads (records/_gather.c), the Example wire
- * decoder (codec/_wire.c), the shuffles' permutation (data/_permutation.c), a worker's ring
- * slot (data/_byte_ring.c), the packer of token sequences (data/_packing.c) and a selection's
- * places to record ids (data/_id_lookup.c). This file sits
+ * decoder (codec/_wire.c), the shuffles' permutation (data/order/_permutation.c), a worker's ring
+ * slot (data/transport/_byte_ring.c), the packer of token sequences (data/grouping/_packing.c) and a selection's
+ * places to record ids (data/select/_id_lookup.c). This file sits
  * above every layer, as the package's face does for the Python modules: it is the only one that
  * includes them all. One shared object keeps one import, one build and one name for Python
  * (support/extension.py loads it).

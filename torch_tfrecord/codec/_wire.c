@@ -18,7 +18,7 @@
  * decoder's exact error.
  *
  * In sections: columns; the wire format; Example messages; the Python entry points (decode,
- * bytes_rows, bytes_pack). Their Python callers: codec/native.py, and data/byte_ring.py (bytes_rows).
+ * bytes_rows, bytes_pack). Their Python callers: codec/native.py, and data/transport/byte_ring.py (bytes_rows).
  */
 #include "_wire.h"
 

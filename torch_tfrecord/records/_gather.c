@@ -1,7 +1,7 @@
 /*
  * Batch reads, the records layer of torch_tfrecord.support._native: file regions into one buffer
  * (read_into, copy_ranges, gather), without the GIL. Python callers: records/gather.py (used by
- * data/shards.py and data/local_files.py) and records/compressed/shard.py (copy_ranges).
+ * records/shards/files.py) and records/compressed/shard.py (copy_ranges).
  *
  * POSIX only (pread, sigaction, sigsetjmp): Linux and macOS; Windows is not supported.
  */

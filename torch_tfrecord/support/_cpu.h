@@ -1,6 +1,6 @@
 /*
  * What the x86-64 CPU can run, asked with the CPUID instruction (foundation of the C parts:
- * records/_framing.c's CRC32 instruction, codec/_resize.c's AVX2 loops, data/_permutation.c's
+ * records/_framing.c's CRC32 instruction, codec/_resize.c's AVX2 loops, data/order/_permutation.c's
  * AVX-512 network).
  *
  * Not __builtin_cpu_supports: its answer comes from the compiler's runtime library, and zig cc's

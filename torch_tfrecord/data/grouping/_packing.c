@@ -1,12 +1,12 @@
 /*
  * Token sequences packed into rows (data layer of torch_tfrecord.support._native): pack_rows, the
- * loops of data/packing_plan.py, row for row the same as its numpy twin.
+ * loops of data/grouping/packing.py, row for row the same as its numpy twin.
  */
 #include "_packing.h"
 
 #include <stdlib.h>
 
-/* data/packing_plan.py's loops, row for row the same as its numpy twin. lengths: m items x k
+/* data/grouping/packing.py's loops, row for row the same as its numpy twin. lengths: m items x k
  * keys (row-major), none empty, each within its key's capacity but for concat. First-fit (best = 0) and
  * best-fit (best = 1) keep up to `window` open rows in the order they opened: an item goes into
  * the first open row where every key fits (best-fit: the fitting row with the most tokens, the

@@ -1,6 +1,6 @@
 /*
  * The shuffles' keyed permutation (data layer of torch_tfrecord.support._native); its Python
- * caller is data/permutation.py, which keeps the numpy original for a build without it.
+ * caller is data/order/permutation.py, which keeps the numpy original for a build without it.
  */
 #include "_permutation.h"
 

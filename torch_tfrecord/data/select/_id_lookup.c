@@ -1,6 +1,6 @@
 /*
  * A selection's places to the files' record ids (data layer of torch_tfrecord.support._native);
- * its Python caller is data/selected_files.py, which keeps numpy's indexing for a build without
+ * its Python caller is data/select/selected_files.py, which keeps numpy's indexing for a build without
  * it. One call a batch, the bounds checked in the same pass: numpy's check (a reduction) and its
  * lookup cost several microseconds each in a batch's loop, a tenth of reading 256 small records.
  */

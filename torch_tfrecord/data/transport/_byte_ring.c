@@ -1,6 +1,6 @@
 /*
  * A batch's bytes values copied into a worker's shared-memory ring slot (data layer of
- * torch_tfrecord.support._native); its Python caller is data/byte_ring.py, which cuts them out
+ * torch_tfrecord.support._native); its Python caller is data/transport/byte_ring.py, which cuts them out
  * again with bytes_rows (codec/_wire.c).
  */
 #include "_byte_ring.h"
