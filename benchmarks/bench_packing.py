@@ -8,8 +8,8 @@ every row of one epoch, with its segment ids and positions:
 - grain first_fit / best_fit: ``grain.experimental.FirstFitPackIterDataset`` /
   ``BestFitPackIterDataset`` (``num_packing_bins`` = the buffer, ``shuffle_bins=False``) over a
   ``MapDataset`` of the sequences in memory;
-- ours first_fit / best_fit / concat: ``packing_plan.plan_packing`` (the epoch's rows from the
-  lengths) and ``packed_rows.assemble_rows`` 64 rows at a time (what a worker of ``tt.pack`` does
+- ours first_fit / best_fit / concat: ``grouping.packing.plan_packing`` (the epoch's rows from the
+  lengths) and ``grouping.packed_rows.assemble_rows`` 64 rows at a time (what a worker of ``tt.pack`` does
   per batch, without reading), over the same sequences in memory;
 - seqio trim_and_pack (with ``--seqio-python``, a Python with seqio and TensorFlow):
   ``seqio.utils.trim_and_pack_dataset(ds, {"targets": 2048})`` over

@@ -1,6 +1,6 @@
 """A dataset's manifest (torch_tfrecord/records/manifest.py, records/shards/manifest_shards.py):
-written by the writers, read as a source or found beside the shards, checked as it is read and against the shards,
-and what it saves: the requests a rank makes to start."""
+written by the writers, read as a source or found beside the shards, checked as it is read and
+against the shards, and what it saves: the requests a rank makes to start."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Weighted mixing: the pure schedule (mix_schedule) by invariants; MixedDataset over ranks, workers,
+"""Weighted mixing: the pure schedule (order/mixing.py) by invariants; MixedDataset over ranks, workers,
 resumes."""
 
 from __future__ import annotations

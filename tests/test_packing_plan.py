@@ -1,6 +1,7 @@
-"""The pure plans of packing and length buckets (packing_plan, bucket_plan), by invariants and oracles:
-every token of every sequence placed exactly once, rows within their lengths, the compiled loops
-the same as their numpy twins, first-fit / next-fit / buckets as their textbook definitions."""
+"""The pure plans of packing and length buckets (grouping/packing.py, grouping/buckets.py), by
+invariants and oracles: every token of every sequence placed exactly once, rows within their
+lengths, the compiled loops the same as their numpy twins, first-fit / next-fit / buckets as their
+textbook definitions."""
 
 from __future__ import annotations
 
