@@ -28,7 +28,7 @@ from torch_tfrecord.cli.options import (
 )
 from torch_tfrecord.errors import TFRecordError
 from torch_tfrecord.records.compressed.index import CompressedIndex
-from torch_tfrecord.records.io import expand_sources
+from torch_tfrecord.records.listing import expand_sources
 from torch_tfrecord.records.shards.index import load_shard_index
 from torch_tfrecord.support.processes import WorkerDiedError
 from torch_tfrecord.support.text import plural, progress_bar

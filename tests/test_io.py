@@ -13,7 +13,8 @@ from index_tools import cli as index_cli
 from torch_tfrecord import TFRecordError, cli
 from torch_tfrecord.errors import SourceNotFoundError
 from torch_tfrecord.records.framing import encode_record
-from torch_tfrecord.records.io import detect_compression, expand_sources, resolve_compression, skip_reason
+from torch_tfrecord.records.io import detect_compression, resolve_compression
+from torch_tfrecord.records.listing import expand_sources, skip_reason
 
 
 def test_detects_by_bytes_before_suffix(records_dir: Path) -> None:
@@ -110,7 +111,7 @@ def _tfds_folder(root: Path) -> tuple[Path, list[Path]]:
 
 def test_tfds_folder_reads_its_shards_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     version, shards = _tfds_folder(tmp_path)
-    with caplog.at_level(logging.INFO, logger="torch_tfrecord.records.io"):
+    with caplog.at_level(logging.INFO, logger="torch_tfrecord.records.listing"):
         assert expand_sources(version) == [str(p) for p in shards]
     assert "dataset_info.json (.json file)" in caplog.text and "label.labels.txt (.txt file)" in caplog.text
     dataset = tt.TFRecordDataset(version, spec={"label": tt.FixedLen((), torch.int64)}, shuffle=False)

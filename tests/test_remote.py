@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
 from torch_tfrecord.records import remote
-from torch_tfrecord.records.io import expand_sources
+from torch_tfrecord.records.listing import expand_sources
 from torch_tfrecord.records.remote import deadlines
 from torch_tfrecord.support.extras import install_hint
 

@@ -174,7 +174,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_head(args: argparse.Namespace) -> int:
     from ..codec.inspect import format_json, format_text
-    from ..records.io import expand_sources
+    from ..records.listing import expand_sources
     from ..records.reader import read_records
 
     options = storage_options(args)
@@ -284,7 +284,7 @@ def _print_sequence_schema(survey: Survey, paths: Sequence[str]) -> None:
 
 def cmd_preview(args: argparse.Namespace) -> int:
     from ..codec.label_map import class_names_beside
-    from ..records.io import expand_sources
+    from ..records.listing import expand_sources
     from ..records.reader import read_records
     from ..vision.preview import render_grid
 

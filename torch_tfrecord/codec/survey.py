@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError
 
 from ..errors import ExampleDecodeError, FeatureTypeError
 from ..proto import Example
-from ..records.io import PathLike, StorageOptions, expand_sources
+from ..records.io import PathLike, StorageOptions
+from ..records.listing import expand_sources
 from ..records.reader import read_records
 from .inspect import as_sequence_example, doubt_keys, show_key
 

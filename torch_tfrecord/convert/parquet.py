@@ -26,7 +26,8 @@ from ..codec.spec import FeatureSpec, FixedLen, Image, RawTensor, VarLen, normal
 from ..codec.spec_file import decode_spec_json, encode_spec_json, read_spec_file, write_spec_file
 from ..errors import SourceNotFoundError, SpecError
 from ..records.atomic import PendingFile
-from ..records.io import PathLike, StorageOptions, expand_sources
+from ..records.io import PathLike, StorageOptions
+from ..records.listing import expand_sources
 from ..records.reader import read_records
 from ..records.writer import WriteCompression
 from ..support.extras import install_hint

@@ -29,16 +29,8 @@ from ..codec.spec import FeatureSpec
 from ..data.decoding import BatchDecoder
 from ..errors import ExampleDecodeError, FeatureError, IndexFormatError, TFRecordError
 from ..records.index import default_index_path, load_index
-from ..records.io import (
-    PathLike,
-    SourceListing,
-    StorageOptions,
-    exists,
-    is_url,
-    list_sources,
-    local_path,
-    resolve_compression,
-)
+from ..records.io import PathLike, StorageOptions, exists, is_url, local_path, resolve_compression
+from ..records.listing import SourceListing, list_sources
 from ..records.manifest import MANIFEST_SUFFIX, Manifest, read_manifest, read_tables
 from ..records.reader import OnError, read_records
 from ..records.shards.files import RecordFiles

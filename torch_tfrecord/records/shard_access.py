@@ -26,7 +26,8 @@ from ..errors import TFRecordError
 from ..support.stages import CACHED, INFLATE, REMOTE, begin, count, end
 from .compressed.index import CompressedIndex
 from .compressed.shard import CompressedShard
-from .io import SourceListing, StorageOptions, file_size, is_url, open_binary
+from .io import StorageOptions, file_size, is_url, open_binary
+from .listing import SourceListing
 from .remote import RemoteFile, RequestCounter, file_info, for_each_path
 from .remote.cache import ShardCache, cache_key
 from .remote.cached import CachedFile, file_version

@@ -33,7 +33,8 @@ from ...data.decoding import BatchDecoder
 from ...errors import ExampleDecodeError, FeatureError, TFRecordError
 from ...records.compressed.index import CompressedIndex
 from ...records.index import default_index_path, load_index
-from ...records.io import PathLike, StorageOptions, exists, expand_sources, file_size, resolve_compression
+from ...records.io import PathLike, StorageOptions, exists, file_size, resolve_compression
+from ...records.listing import expand_sources
 from ...records.reader import OnError, read_records
 from ...records.shards.files import RecordFiles
 from ...records.shards.index import IndexArg, resolve_index

@@ -17,7 +17,8 @@ from typing import Any
 
 from ...errors import SourceNotFoundError, TFRecordError
 from ...records import remote
-from ...records.io import StorageOptions, exists, expand_sources, is_url, join, local_path, open_binary
+from ...records.io import StorageOptions, exists, is_url, join, local_path, open_binary
+from ...records.listing import expand_sources
 
 __all__ = [
     "DatasetInfo",

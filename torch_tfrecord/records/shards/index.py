@@ -21,7 +21,8 @@ from ..index import (
     default_index_path,
     max_index_bytes,
 )
-from ..io import SourceListing, StorageOptions, exists, file_size, join
+from ..io import StorageOptions, exists, file_size, join
+from ..listing import SourceListing
 from ..reader import OnError
 from ..remote.cache import ShardCache
 from .index_files import IndexFiles, ShardIndex, check_shard_index, decode_shard_index, index_files

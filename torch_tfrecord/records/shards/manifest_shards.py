@@ -24,7 +24,8 @@ import numpy.typing as npt
 from ...errors import IndexFormatError, StaleIndexError, StaleShardError
 from ..compressed.index import CompressedIndex
 from ..index import check_table
-from ..io import PathLike, SourceListing, StorageOptions, is_url, local_path
+from ..io import PathLike, StorageOptions, is_url, local_path
+from ..listing import SourceListing
 from ..manifest import MANIFEST_SUFFIX, Manifest, is_manifest, read_manifest, read_tables
 from ..remote import for_each_path
 from ..remote.cache import ShardCache

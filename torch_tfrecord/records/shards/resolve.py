@@ -17,7 +17,8 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ..compressed.index import CompressedIndex
-from ..io import PathLike, SourceListing, StorageOptions, is_url, list_sources
+from ..io import PathLike, StorageOptions, is_url
+from ..listing import SourceListing, list_sources
 from ..manifest import Manifest, is_manifest
 from ..reader import OnError
 from ..remote import for_each_path
