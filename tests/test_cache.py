@@ -520,6 +520,26 @@ def test_a_small_object_of_unknown_version_is_cached_with_one_request(tmp_path: 
             assert cache.lookup(url, listed, "") is None and not list(cache.entries())
 
 
+def test_a_large_object_of_unknown_version_is_cached(tmp_path: Path) -> None:
+    """An object fetched in several requests whose version nobody said (shards and a manifest
+    written on a local disk, then copied to a bucket) is cached: its size checked, no version
+    compared with a version the store made up since (it used to raise ObjectChangedError, '' ->
+    the ETag, on every such shard larger than the first request)."""
+    from remote_servers import RangedFileServer
+
+    folder = tmp_path / "served"
+    folder.mkdir()
+    truth = bytes(range(256)) * 4096  # 1 MiB: four requests of the first chunk and more
+    (folder / "a.tfrecord").write_bytes(truth)
+    with RangedFileServer(str(folder)) as server:
+        url = f"{server.url}/a.tfrecord"
+        assert file_version(remote.file_info(url, {}))  # (the store has one: nobody told us)
+        server.reset()
+        path = download(ShardCache(str(tmp_path / "c")), url, len(truth), "", {})
+        assert path is not None and Path(path).read_bytes() == truth
+        assert "HEAD" not in server.requests and server.requests["GET"] > 1
+
+
 def test_a_download_that_ends_while_a_reader_looks_is_read_from_the_copy(
     s3: tuple[str, int], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

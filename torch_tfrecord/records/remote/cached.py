@@ -77,7 +77,9 @@ def download(
             return None
 
         def check(in_one: bool) -> None:
-            if recheck and not (in_one and not version):  # (its size: checked by the fetch)
+            # A version nobody said (a manifest written beside local files) cannot be compared:
+            # its size is, by the fetch.
+            if recheck and version:
                 check_version(url, size, version, storage_options, "cached")
 
         try:
