@@ -136,7 +136,7 @@ def test_every_record_once_per_epoch_inside_the_framework(
     check_framework(framework, kind, data, tmp_path)
 
 
-@pytest.mark.parametrize("framework", ["plain", "lightning"])
+@pytest.mark.parametrize("framework", ["plain", "accelerate", "trainer", "lightning", "fabric"])
 def test_every_record_once_per_epoch_with_loading_threads_inside_the_framework(
     framework: str, data: Path, tmp_path: Path
 ) -> None:
@@ -144,11 +144,12 @@ def test_every_record_once_per_epoch_with_loading_threads_inside_the_framework(
     check_framework(framework, "threads", data, tmp_path)
 
 
+@pytest.mark.parametrize("framework", ["plain", "accelerate", "trainer", "lightning", "fabric"])
 def test_every_record_once_per_epoch_with_a_loading_process_inside_the_framework(
-    data: Path, tmp_path: Path
+    framework: str, data: Path, tmp_path: Path
 ) -> None:
     """The loader axis: the dataset with threads=2, process=True (num_workers=0; ignored by workers)."""
-    check_framework("plain", "process", data, tmp_path)
+    check_framework(framework, "process", data, tmp_path)
 
 
 def check_framework(framework: str, kind: str, data: Path, tmp_path: Path) -> None:
