@@ -9,6 +9,8 @@ each image to 224x224 and makes batches of 32:
   codec's threads only) and with 2: by default (the decode stops after the crop's last row, as
   decode_and_crop_jpeg's does) and with ``verify="full"`` (the rows below the crop
   entropy-decoded too: the whole-file check before issue 45);
+- ours with ``threads=2`` (0 workers: issue 55's loader axis), and the whole-image resize
+  (``tt.Image(size=224)``) with 0 and 2 workers and with ``threads=2``, crops and resizes in one run;
 - TensorFlow (in --tf-python's interpreter): parse + sample_distorted_bounding_box +
   decode_and_crop_jpeg + tf.image.resize, batch 32, as bench_images.py writes it, in two modes:
   AUTOTUNE (parallel reads and map, prefetch) and serial (a plain map, prefetch). On 2 cores its
@@ -74,6 +76,17 @@ def pipelines_for(shards: list[str]) -> dict[str, Callable[[], int]]:
             runs[name] = lambda spec=spec, workers=workers: ours(  # type: ignore[misc]
                 shards, spec, workers=workers, batch_mode=True
             )
+    # The loader axis (issue 55): 2 threads in the loading process, 0 workers; and the whole-image
+    # resize the same ways, so that crops and resizes are set side by side in one run.
+    crop, resize = tt.Image("RGB", size=SIZE, crop="random"), tt.Image("RGB", size=SIZE)
+    runs["ours: crop='random', threads=2"] = lambda: ours(shards, crop, workers=0, batch_mode=True, threads=2)
+    for workers in (0, 2):
+        runs[f"ours: resize (size={SIZE}), {workers} workers"] = lambda workers=workers: ours(
+            shards, resize, workers=workers, batch_mode=True
+        )
+    runs[f"ours: resize (size={SIZE}), threads=2"] = lambda: ours(
+        shards, resize, workers=0, batch_mode=True, threads=2
+    )
     return runs
 
 

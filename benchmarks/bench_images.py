@@ -140,10 +140,20 @@ def full_decode_then_resize(batch: dict[str, Any]) -> dict[str, Any]:
     return batch
 
 
-def ours(shards: list[str], spec: tt.Image, *, workers: int, batch_mode: bool, transform: Any = None) -> int:
+def ours(
+    shards: list[str],
+    spec: tt.Image,
+    *,
+    workers: int,
+    batch_mode: bool,
+    transform: Any = None,
+    threads: int = 0,
+) -> int:
     features = {"image/encoded": spec, "image/class/label": tt.FixedLen((), torch.int64)}
     if batch_mode:
-        dataset = tt.TFRecordDataset(shards, spec=features, batch_size=BATCH, transform=transform, seed=0)
+        dataset = tt.TFRecordDataset(
+            shards, spec=features, batch_size=BATCH, transform=transform, seed=0, threads=threads
+        )
         loader = DataLoader(dataset, batch_size=None, num_workers=workers)
     else:
         dataset = tt.TFRecordDataset(shards, spec=features, seed=0)

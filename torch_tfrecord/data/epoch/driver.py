@@ -39,17 +39,19 @@ from ..frameworks.internals import (
 from ..frameworks.wrapped import shard_runs, world_items, wrapped_len
 from ..order.plan import EpochPlan, Progress, WorkerSlice
 from ..order.resume import Live, Resume, combine_states, load_state, rank_state, resume_point
+from ..order.schedule import NoSchedule
 from ..telemetry.shared import Telemetry, watch_starting_loader
 from ..telemetry.stats import LoadStats
 from ..transport.fast_convert import convert
 from ..transport.handoff import pack_tensors
 from ..transport.loading_process import check_process, load_ahead
+from ..transport.runs import MAX_RUN, Pace, run_of, runs
 from ..transport.threaded import check_prefetch, check_threads
 from ..transport.workers import end_with_parent
 from .counter import EpochCounter
 from .guards import EpochGuard, check_loader
 
-__all__ = ["DEFAULT_PREFETCH", "EpochDataset", "NoSchedule"]
+__all__ = ["DEFAULT_PREFETCH", "EpochDataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -63,16 +65,6 @@ Flags = npt.NDArray[np.bool_]
 def _reading(run: int) -> int:
     """Units read and decoded at once: whole runs of ``run``, about ``_SAMPLE_CHUNK`` of them."""
     return run * max(1, _SAMPLE_CHUNK // run)
-
-
-class NoSchedule:
-    """A read schedule that tells no cache anything (see :mod:`..order.schedule`)."""
-
-    def reached(self, unit: int | np.integer[Any]) -> None:
-        pass
-
-    def finished(self) -> None:
-        pass
 
 
 class EpochDataset(IterableDataset[Any]):
@@ -262,7 +254,9 @@ class EpochDataset(IterableDataset[Any]):
         # In the main process: loaded ahead by threads (or one prefetch thread) while the loop trains.
         threads, prefetch = (self.threads, self.prefetch) if info is None else (0, 0)
         finished = threads > 0 and self.transform_threads  # the transform ran on the threads
-        tasks = functools.partial(self._loads, plan, workers, progress, skip, epoch, finished)
+        # Batches handed to a thread go in runs (see ..transport.runs); made in the loop, one by one.
+        pace = Pace() if plan.batch_size is not None and (threads or prefetch or self.process) else None
+        tasks = functools.partial(self._loads, plan, workers, progress, skip, epoch, finished, pace)
         in_child = self.process and info is None  # the same tasks, run in one loading process
         loads = load_ahead(tasks, threads, prefetch, self._telemetry, in_child, plan.batch_size is not None)
         pack = info is not None and plan.batch_size is not None
@@ -291,21 +285,27 @@ class EpochDataset(IterableDataset[Any]):
             self._resume = None  # the resumed epoch is over; iterating it again starts it afresh
 
     def _loads(
-        self, plan: EpochPlan, workers: WorkerSlice, progress: Progress, skip: int, epoch: int, finish: bool
-    ) -> Generator[Callable[[], list[Any]], None, None]:
+        self, plan: EpochPlan, workers: WorkerSlice, progress: Progress, skip: int, epoch: int, finish: bool,
+        pace: Pace | None = None,
+    ) -> Generator[Callable[[], list[Any]], None, None]:  # fmt: skip
         """The rank's share of the epoch from ``progress`` on, as tasks that each load one read
-        (a list of one batch in batch mode, else of samples), not finished unless ``finish``."""
+        (a list of batches in batch mode: one, or a run of them as ``pace`` says; else of
+        samples), not finished unless ``finish``."""
         schedule = self._read_schedule(plan, epoch, workers, progress, skip)
         remaining = progress.remaining(plan.units_per_rank)
         size = plan.batch_size
-        # Batch mode: the order of 16 batches is computed at once (numpy calls cost per call).
-        for block in workers.items(remaining, skip, block=16 if size else _reading(workers.chunk)):
+        # Batch mode: the order of a block of batches (a run's most) at once: numpy costs per call.
+        for block in workers.items(remaining, skip, block=MAX_RUN if size else _reading(workers.chunk)):
             units = progress.units(block)
             if size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
-                for at in range(0, len(ids), size):
-                    schedule.reached(block[at // size])
-                    yield self._task(ids[at : at + size], padding[at : at + size], epoch, True, finish)
+                starts = range(0, len(ids), size)
+                for run in runs(len(starts), pace):
+                    for place in run:
+                        schedule.reached(block[place])
+                    loads = [self._task(ids[at : at + size], padding[at : at + size], epoch, True, finish)
+                             for at in starts[run.start : run.stop]]  # fmt: skip
+                    yield run_of(loads, pace)
             else:
                 schedule.reached(block[0])
                 yield self._task(*plan.records(units, epoch), epoch, False, finish)

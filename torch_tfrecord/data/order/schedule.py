@@ -19,7 +19,7 @@ from .plan import EpochPlan, Progress, WorkerSlice
 if TYPE_CHECKING:
     from ...records.shards.shard_records import ShardRecords
 
-__all__ = ["ReadSchedule", "shard_uses"]
+__all__ = ["NoSchedule", "ReadSchedule", "shard_uses"]
 
 Uses = dict[int, list[tuple[float, float]]]
 
@@ -92,3 +92,13 @@ class ReadSchedule:
         """The worker read its part of the epoch: its downloads are let finish."""
         if self._files is not None:
             self._files.pool.finish()
+
+
+class NoSchedule:
+    """A read schedule that tells no cache anything (a dataset's whose reads no cache plans)."""
+
+    def reached(self, unit: int | np.integer[Any]) -> None:
+        pass
+
+    def finished(self) -> None:
+        pass

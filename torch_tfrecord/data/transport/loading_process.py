@@ -106,7 +106,7 @@ class LoadingProcess:
     Args:
         tasks: makes the epoch's tasks (called in the child; pickled with ``spawn``).
         threads, prefetch: as for :func:`~.threaded.ahead`, in the child.
-        batched: each task loads one batch (sent through the ring); else a list of samples.
+        batched: each task loads batches (each sent through the ring); else a list of samples.
         telemetry: the dataset's; the child counts in its own slot.
     """
 

@@ -1,0 +1,103 @@
+"""Batches loaded in runs (data/transport/runs.py): several small batches to one hand-off.
+
+The pace sets a run's length from what batches took; a run gives its tasks' items in order, an
+error after the items before it; the datasets give the same batches, order and resumable state
+whether their batches went to the loading thread one by one or in runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import torch_tfrecord as tt
+from torch_tfrecord.data.epoch import driver
+from torch_tfrecord.data.transport import runs as runs_module
+from torch_tfrecord.data.transport.runs import MAX_RUN, RUN_SECONDS, Pace, run_of, runs
+
+SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
+
+
+def test_the_pace_runs_fast_batches_together_and_slow_ones_alone() -> None:
+    pace = Pace()
+    assert pace.run() == 1  # nothing measured: the first batch is not kept waiting
+    pace.took(RUN_SECONDS / 4 * 3, batches=3)  # a quarter of a run's time each
+    assert pace.run() in (3, 4)  # (4, give or take the float's last bit)
+    pace.took(0.0, batches=1)
+    assert 4 < pace.run() <= MAX_RUN
+    for _ in range(30):
+        pace.took(RUN_SECONDS * 5, batches=1)  # images: each longer than a run alone
+    assert pace.run() == 1
+
+
+def test_runs_cover_every_place_once_in_order() -> None:
+    pace = Pace()
+    pace.took(RUN_SECONDS / 5, batches=1)
+    found = list(runs(23, pace))
+    assert [place for run in found for place in run] == list(range(23))
+    assert {len(run) for run in found[:-1]} == {5}
+    assert [len(run) for run in runs(3, None)] == [1, 1, 1]
+
+
+def test_a_run_gives_its_items_in_order_and_an_error_after_the_items_before_it() -> None:
+    ran: list[int] = []
+
+    def task(n: int) -> Callable[[], list[Any]]:
+        def load() -> list[Any]:
+            ran.append(n)
+            if n == 2:
+                raise KeyError(f"record {n}")
+            return [n * 10, n * 10 + 1]
+
+        return load
+
+    pace = Pace()
+    assert list(run_of([task(0), task(1)], pace)()) == [0, 1, 10, 11]
+    assert pace.run() == MAX_RUN  # timed: two batches in next to no time
+    loaded = run_of([task(0), task(1), task(2), task(3)], pace)()
+    received = []
+    with pytest.raises(KeyError, match="record 2"):
+        for item in loaded:
+            received.append(item)
+    assert received == [0, 1, 10, 11] and ran[-3:] == [0, 1, 2]  # task 3 never ran
+    with pytest.raises(KeyError, match="record 2"):  # failed first: raised at once
+        run_of([task(2), task(3)], pace)()
+
+
+@pytest.mark.parametrize("mode", [{"prefetch": 3}, {"threads": 2}, {"threads": 2, "process": True}])
+def test_batches_in_runs_are_those_of_one_by_one_and_resume_where_the_loop_was(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch, mode: dict[str, Any]
+) -> None:
+    paths = id_shards([200, 150, 90])
+    lengths: list[int] = []
+
+    def spied(tasks: Any, pace: Any) -> Any:
+        lengths.append(len(tasks))
+        return run_of(tasks, pace)
+
+    monkeypatch.setattr(driver, "run_of", spied)
+    monkeypatch.setattr(runs_module, "RUN_SECONDS", 1.0)  # every batch far below it: runs of 16
+
+    def ids(ds: tt.TFRecordDataset) -> list[list[int]]:
+        return [batch["_record_id"].tolist() for batch in ds]
+
+    one_by_one = ids(tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=0))
+    in_runs = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, **mode)
+    assert ids(in_runs) == one_by_one
+    if not mode.get("process"):  # (a loading process makes its runs in the child)
+        assert max(lengths) == MAX_RUN
+    iterator = iter(in_runs)  # the second epoch: a state taken inside a run made ahead
+    first = [next(iterator)["_record_id"].tolist() for _ in range(21)]
+    time.sleep(0.1)
+    state = in_runs.state_dict()
+    del iterator
+    resumed = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, **mode)
+    resumed.load_state_dict(state)
+    again = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=0)
+    again.set_epoch(1)
+    assert first + ids(resumed) == ids(again)
