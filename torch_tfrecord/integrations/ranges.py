@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..codec.decode import decode_batch
+from ..codec.native import packed_bytes
 from ..codec.payloads import Payload
 from ..codec.spec import FeatureSpec
 from ..data.decoding import BatchDecoder
@@ -44,6 +45,7 @@ __all__ = [
     "plan_read",
     "plan_runs",
     "read_range",
+    "read_range_packed",
 ]
 
 logger = logging.getLogger(__name__)
@@ -283,6 +285,19 @@ class Decoded:
     def locate(self, row: int) -> str:
         """Names the row's record."""
         return f"record {self.first + row} of {self.path!r}"
+
+
+def read_range_packed(rng: RecordRange, options: DecodeOptions) -> Iterator[Decoded]:
+    """:func:`read_range` with each batch's bytes and str columns packed (a
+    :class:`~torch_tfrecord.codec.byte_column.ByteColumn` each: one buffer and offsets, which
+    become an Arrow array's own), not a Python object per value: for readers that make Arrow."""
+    batches = read_range(rng, options)
+    while True:
+        with packed_bytes():  # (around each step only: not while the caller holds a batch)
+            decoded = next(batches, None)
+        if decoded is None:
+            return
+        yield decoded
 
 
 def read_range(rng: RecordRange, options: DecodeOptions) -> Iterator[Decoded]:

@@ -39,7 +39,7 @@ from ...records.io import PathLike, StorageOptions, is_url, local_path
 from ...records.manifest import manifest_for, write_manifest
 from ...records.reader import OnError
 from ...records.writer import RecordWriter, WriteCompression
-from ..ranges import DecodeOptions, RecordRange, plan_read, read_range
+from ..ranges import DecodeOptions, RecordRange, plan_read, read_range, read_range_packed
 
 __all__ = ["ReadExamples", "WriteExamples"]
 
@@ -248,14 +248,15 @@ class _ReadRanges(beam.DoFn):  # type: ignore[misc]
 
     def process(self, element: tuple[list[RecordRange], DecodeOptions]) -> Iterator[Any]:
         group, options = element
+        arrow = self.output == "arrow"  # its bytes columns packed: Arrow's buffers, no object per value
         for rng in group:
-            for decoded in read_range(rng, options):
+            for decoded in (read_range_packed if arrow else read_range)(rng, options):
                 self.skipped.inc(decoded.skipped)
                 if decoded.num_rows == 0:
                     continue
                 rows = np.arange(decoded.num_rows) if decoded.keep is None else np.flatnonzero(decoded.keep)
                 self.read.inc(len(rows))
-                if self.output == "arrow":
+                if arrow:
                     yield _arrow_table(decoded.columns, options.spec, decoded.keep)
                     continue
                 kept = {key: value for key, value in decoded.columns.items() if not key.startswith("_")}

@@ -19,14 +19,13 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from ...codec.native import packed_bytes
 from ...codec.payloads import Payload, payload_for
 from ...codec.schema import InferredSequenceSpec, infer_spec_from_records
 from ...codec.spec import FeatureSpec, FixedLen, Image, RawTensor, normalize_spec
 from ...codec.spec_file import decode_spec_json
 from ...errors import SpecError
 from ...records.reader import read_records
-from ..ranges import Decoded, DecodeOptions, ReadPlan, RecordRange, plan_read, read_range
+from ..ranges import DecodeOptions, ReadPlan, RecordRange, plan_read, read_range_packed
 from ._partitions import below_folders, partitioning
 from ._types import decoding_spec, in_saved_order, schema_for, spec_for_schema, to_batch
 from .options import flag, parse_spec_option, positive, sources_of, storage_options_of
@@ -207,17 +206,6 @@ class TFRecordDataSource(DataSource):
         return TFRecordWriter(WriteOptions.parse(self.options, schema), schema, overwrite)
 
 
-def _packed(batches: Iterator[Decoded]) -> Iterator[Decoded]:
-    """``batches``, each decoded with its bytes and str columns packed (:func:`packed_bytes`):
-    their buffers become Arrow's, without a Python object per value."""
-    while True:
-        with packed_bytes():  # (around each step only: not while the caller holds a batch)
-            decoded = next(batches, None)
-        if decoded is None:
-            return
-        yield decoded
-
-
 class TFRecordReader(DataSourceReader):
     """Reads the ranges of one partition (sent to each task: the options and the record ranges)."""
 
@@ -253,7 +241,7 @@ class TFRecordReader(DataSourceReader):
         skipped = 0
         skip = self.decode.on_error == "skip"
         for rng in ranges:
-            for decoded in _packed(read_range(rng, self.decode)):
+            for decoded in read_range_packed(rng, self.decode):
                 skipped += decoded.skipped
                 if decoded.num_rows == 0:
                     continue
