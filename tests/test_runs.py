@@ -91,6 +91,8 @@ def test_batches_in_runs_are_those_of_one_by_one_and_resume_where_the_loop_was(
     assert ids(in_runs) == one_by_one
     if not mode.get("process"):  # (a loading process makes its runs in the child)
         assert max(lengths) == MAX_RUN
+    made = {process.name: process.batches for process in in_runs.stats().workers}  # batches, not runs
+    assert made.get("loading process", len(one_by_one)) == made["main"] == len(one_by_one)
     iterator = iter(in_runs)  # the second epoch: a state taken inside a run made ahead
     first = [next(iterator)["_record_id"].tolist() for _ in range(21)]
     time.sleep(0.1)

@@ -279,10 +279,9 @@ def _child(
     last = _DONE, b""
     try:
         loaded: Any
-        for loaded in _timed(loads, meter):
+        for loaded in _timed(loads, meter, batched):  # a batch, or a list of samples
             if batched:
-                for item in loaded:
-                    sender.send_item(_BATCH, functools.partial(_ring_message, item))
+                sender.send_item(_BATCH, functools.partial(_ring_message, loaded))
             else:
                 sender.send_item(_SAMPLES, functools.partial(_samples_message, loaded))
             del loaded
@@ -347,15 +346,20 @@ def _samples(payload: memoryview) -> list[Any]:
     return [{key: column[at] for key, column in columns.items()} for at in range(count)]
 
 
-def _timed(loads: Iterator[list[Any]], meter: Any) -> Iterator[list[Any]]:
-    """``loads``, each timed as a batch the process made (not the wait to send it)."""
+def _timed(loads: Iterator[list[Any]], meter: Any, batched: bool) -> Iterator[Any]:
+    """``loads`` (``batched``: their batches, one by one, a task's run of them too), each timed as
+    an item the process made (not the wait to send it)."""
+    items = (batch for loaded in loads for batch in loaded) if batched else loads
     while True:
         meter.asked()
-        loaded = next(loads, None)
-        if loaded is None:
+        item = next(items, _NO_ITEM)
+        if item is _NO_ITEM:
             return
         meter.ready()
-        yield loaded
+        yield item
+
+
+_NO_ITEM = object()
 
 
 def _carried(error: BaseException) -> bytes:
