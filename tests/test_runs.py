@@ -17,8 +17,10 @@ import torch
 
 import torch_tfrecord as tt
 from torch_tfrecord.data.epoch import driver
+from torch_tfrecord.data.telemetry.shared import Telemetry
 from torch_tfrecord.data.transport import runs as runs_module
-from torch_tfrecord.data.transport.runs import MAX_RUN, RUN_SECONDS, Pace, run_of, runs
+from torch_tfrecord.data.transport.runs import MAX_RUN, RUN_SECONDS, Pace, RaisedAfter, run_of, runs
+from torch_tfrecord.data.transport.threaded import ahead
 
 SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 
@@ -26,18 +28,22 @@ SPEC = {"id": tt.FixedLen((), torch.int64), "x": "float"}
 def test_the_pace_runs_fast_batches_together_and_slow_ones_alone() -> None:
     pace = Pace()
     assert pace.run() == 1  # nothing measured: the first batch is not kept waiting
-    pace.took(RUN_SECONDS / 4 * 3, batches=3)  # a quarter of a run's time each
+    pace.took(RUN_SECONDS / 4 * 3, RUN_SECONDS / 4 * 3, batches=3)  # a quarter of a run's time each
     assert pace.run() in (3, 4)  # (4, give or take the float's last bit)
-    pace.took(0.0, batches=1)
+    pace.took(0.0, 0.0, batches=1)
     assert 4 < pace.run() <= MAX_RUN
     for _ in range(30):
-        pace.took(RUN_SECONDS * 5, batches=1)  # images: each longer than a run alone
+        pace.took(RUN_SECONDS * 5, RUN_SECONDS * 5, batches=1)  # each longer than a run alone
     assert pace.run() == 1
+    waiting = Pace()
+    for _ in range(30):  # little of the thread's CPU, but slow (the codec's threads, a remote read)
+        waiting.took(RUN_SECONDS / 100, RUN_SECONDS * 20, batches=1)
+    assert waiting.run() == 1
 
 
 def test_runs_cover_every_place_once_in_order() -> None:
     pace = Pace()
-    pace.took(RUN_SECONDS / 5, batches=1)
+    pace.took(RUN_SECONDS / 5, RUN_SECONDS / 5, batches=1)
     found = list(runs(23, pace))
     assert [place for run in found for place in run] == list(range(23))
     assert {len(run) for run in found[:-1]} == {5}
@@ -67,6 +73,30 @@ def test_a_run_gives_its_items_in_order_and_an_error_after_the_items_before_it()
     assert received == [0, 1, 10, 11] and ran[-3:] == [0, 1, 2]  # task 3 never ran
     with pytest.raises(KeyError, match="record 2"):  # failed first: raised at once
         run_of([task(2), task(3)], pace)()
+
+
+@pytest.mark.parametrize("threads", [0, 2])
+def test_no_task_starts_after_a_run_that_failed(threads: int) -> None:
+    begun: list[int] = []
+
+    def task(n: int) -> Callable[[], list[Any]]:
+        def load() -> list[Any]:
+            begun.append(n)
+            if n == 3:  # a run whose second batch failed
+                return RaisedAfter([n], KeyError(f"record {n}"))
+            return [n]
+
+        return load
+
+    loads = ahead((task(n) for n in range(100)), threads=threads, prefetch=12, telemetry=Telemetry())
+    try:
+        received = [next(loads) for _ in range(4)]
+        time.sleep(0.3)  # the loop is slow to reach the error: the loader is not to run on meanwhile
+        assert len(begun) <= 4 + max(threads - 1, 0), begun  # (a second thread's task in flight)
+        with pytest.raises(KeyError, match="record 3"):
+            list(received[-1])
+    finally:
+        loads.close()
 
 
 @pytest.mark.parametrize("mode", [{"prefetch": 3}, {"threads": 2}, {"threads": 2, "process": True}])

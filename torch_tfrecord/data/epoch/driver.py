@@ -255,7 +255,7 @@ class EpochDataset(IterableDataset[Any]):
         threads, prefetch = (self.threads, self.prefetch) if info is None else (0, 0)
         finished = threads > 0 and self.transform_threads  # the transform ran on the threads
         # Batches handed to a thread go in runs (see ..transport.runs); made in the loop, one by one.
-        pace = Pace() if plan.batch_size is not None and (threads or prefetch or self.process) else None
+        pace = Pace() if plan.batch_size is not None and (threads or prefetch) else None
         tasks = functools.partial(self._loads, plan, workers, progress, skip, epoch, finished, pace)
         in_child = self.process and info is None  # the same tasks, run in one loading process
         loads = load_ahead(tasks, threads, prefetch, self._telemetry, in_child, plan.batch_size is not None)

@@ -33,6 +33,8 @@ import weakref
 from collections.abc import Iterator
 from typing import Any, Generic, TypeVar
 
+from .runs import ends
+
 __all__ = ["Busy", "Prefetcher", "close_at_exit", "closed"]
 
 T = TypeVar("T")
@@ -213,6 +215,9 @@ def _run(
                 item = next(items, _END)
             out.put(item)  # blocks while ``depth`` items wait: the bound
             if item is _END or stop.is_set():
+                return
+            if ends(item):  # a run that failed part-way: nothing after it is needed
+                out.put(_END)
                 return
     except BaseException as error:  # handed to the consumer, which raises it
         out.put(_Raised(error))

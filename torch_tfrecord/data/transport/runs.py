@@ -8,11 +8,12 @@ Examples costs, so one task per batch spent as much on the hand-off as on the ba
 (benchmarks/bench_loader.py: ``prefetch=2`` at half the speed of no prefetch on 35-byte Examples).
 
 :class:`Pace` measures what a batch takes to load and says how many batches the next task
-loads (:func:`runs`): enough for about :data:`RUN_SECONDS` of work, at most :data:`MAX_RUN` batches, one while
-nothing is measured yet (the first batch is not kept waiting for a run) and one for batches that
-take longer than the run alone (images). :func:`run_of` makes one task of several: their items
-in order; an error of one is raised after the items of the tasks before it, and the tasks after
-it do not run. Nothing else changes: the same batches in the same order, counted where the loop
+loads (:func:`runs`): enough for about :data:`RUN_SECONDS` of work, at most :data:`MAX_RUN`
+batches; one while nothing is measured yet (the first batch is not kept waiting for a run), and
+one for batches slower than the run alone (images: see :class:`Pace`'s two clocks).
+:func:`run_of` makes one task of several: their items in order; an error of one is raised after
+the items of the tasks before it, the tasks after it do not run, and the loader loads no further
+(:func:`ends`). Nothing else changes: the same batches in the same order, counted where the loop
 receives them (a state never includes a batch made ahead).
 """
 
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["MAX_RUN", "RUN_SECONDS", "Pace", "run_of", "runs"]
+__all__ = ["MAX_RUN", "RUN_SECONDS", "Pace", "RaisedAfter", "ends", "run_of", "runs"]
 
 RUN_SECONDS = 0.002
 """The work one task aims at: wake-ups cost tens of microseconds, so about 2 ms keeps them small."""
@@ -35,37 +36,52 @@ Task = Callable[[], list[Any]]
 class Pace:
     """How many batches the next task loads, from what the batches loaded so far took.
 
+    Two clocks: the loading thread's own CPU, which sets the run (not the time it waited for
+    the GIL, which grows with the very hand-off runs are to keep small), and wall time, which
+    caps it (a batch whose work is elsewhere, on the image codec's threads or waiting on a
+    remote read, costs the thread little CPU but is slow: it goes alone).
+
     Example:
         >>> pace = Pace()
         >>> pace.run()  # nothing measured yet
         1
-        >>> pace.took(0.0001, batches=1)
+        >>> pace.took(0.0001, 0.0002, batches=1)
         >>> pace.run()
         16
         >>> for _ in range(8):
-        ...     pace.took(0.05, batches=1)  # slower batches: shorter runs
+        ...     pace.took(0.0001, 0.05, batches=1)  # little CPU here, but slow: alone
         >>> pace.run()
         1
     """
 
-    __slots__ = ("_seconds",)
+    __slots__ = ("_cpu", "_wall")
 
     def __init__(self) -> None:
-        self._seconds: float | None = None  # a batch's time, smoothed (None: not measured yet)
+        self._cpu: float | None = None  # a batch's CPU seconds, smoothed (None: not measured yet)
+        self._wall = 0.0  # its wall seconds, smoothed
 
-    def took(self, seconds: float, batches: int) -> None:
-        """``batches`` batches took ``seconds`` of a loading thread's CPU (its own work: not the
-        time it waited for the GIL, which grows with the hand-off this is to keep small)."""
-        each = seconds / max(batches, 1)
-        known = self._seconds
-        self._seconds = each if known is None else 0.75 * known + 0.25 * each
+    def took(self, cpu: float, wall: float, batches: int) -> None:
+        """``batches`` batches took ``cpu`` seconds of a loading thread's CPU and ``wall`` seconds
+        (called from any loading thread: an update lost to a race only slows the average)."""
+        count = max(batches, 1)
+        known = self._cpu
+        if known is None:
+            self._cpu, self._wall = cpu / count, wall / count
+        else:
+            self._cpu = 0.75 * known + 0.25 * cpu / count
+            self._wall = 0.75 * self._wall + 0.25 * wall / count
 
     def run(self) -> int:
         """Batches for the next task: 1 to :data:`MAX_RUN`."""
-        each = self._seconds
-        if each is None:
+        cpu, wall = self._cpu, self._wall
+        if cpu is None:
             return 1
-        return max(1, min(MAX_RUN, int(RUN_SECONDS / each) if each > 0 else MAX_RUN))
+        by_cpu = RUN_SECONDS / cpu if cpu > 0 else MAX_RUN
+        by_wall = _WALL_RUNS * RUN_SECONDS / wall if wall > 0 else MAX_RUN
+        return max(1, min(MAX_RUN, int(min(by_cpu, by_wall))))
+
+
+_WALL_RUNS = 10  # a run's wall time at most this many RUN_SECONDS (GIL waits included)
 
 
 def runs(count: int, pace: Pace | None) -> Iterator[range]:
@@ -79,40 +95,32 @@ def runs(count: int, pace: Pace | None) -> Iterator[range]:
 
 def run_of(tasks: Sequence[Task], pace: Pace | None) -> Task:
     """One task loading what ``tasks`` load, in order, timed into ``pace`` (none: one task as it is)."""
-    if pace is None and len(tasks) == 1:
+    if pace is None:
+        if len(tasks) != 1:
+            raise ValueError("a run of several tasks is timed: give a pace")
         return tasks[0]
-    assert pace is not None, "a run of several tasks is timed"
-    if len(tasks) == 1:
-        only = tasks[0]
 
-        def single() -> list[Any]:
-            start = time.thread_time()
-            items = only()
-            pace.took(time.thread_time() - start, 1)
-            return items
-
-        return single
-
-    def several() -> list[Any] | _RaisedAfter:
+    def loads() -> list[Any] | RaisedAfter:
         items: list[Any] = []
-        start = time.thread_time()
+        cpu, wall = time.thread_time(), time.perf_counter()
         for done, task in enumerate(tasks):
             try:
                 items += task()
             except BaseException as error:  # the items before it first, then the error
-                pace.took(time.thread_time() - start, done + 1)
+                pace.took(time.thread_time() - cpu, time.perf_counter() - wall, done + 1)
                 if not items:
                     raise
-                return _RaisedAfter(items, error)
-        pace.took(time.thread_time() - start, len(tasks))
+                return RaisedAfter(items, error)
+        pace.took(time.thread_time() - cpu, time.perf_counter() - wall, len(tasks))
         return items
 
-    return several  # type: ignore[return-value]
+    return loads  # type: ignore[return-value]
 
 
-class _RaisedAfter:
+class RaisedAfter:
     """A run's items up to a task that failed: iterating it gives them, then raises the error
-    (where the loop iterates a task's items: in its own thread, at the failed batch's place)."""
+    (where the loop iterates a task's items: in its own thread, at the failed batch's place).
+    Nothing after it is needed: a loader that gets one loads no further (see :func:`ends`)."""
 
     __slots__ = ("error", "items")
 
@@ -124,3 +132,9 @@ class _RaisedAfter:
         yield from self.items
         self.items = []
         raise self.error
+
+
+def ends(loaded: object) -> bool:
+    """Whether ``loaded`` (what a task returned) is the last a loader needs to make: a run that
+    failed part-way (its error is raised where the loop reaches it)."""
+    return isinstance(loaded, RaisedAfter)

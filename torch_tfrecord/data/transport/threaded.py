@@ -33,6 +33,7 @@ from typing import Any, Generic, TypeVar
 from ..decoding import on_loading_thread
 from ..telemetry.shared import Telemetry
 from .prefetch import Busy, Prefetcher, close_at_exit, closed
+from .runs import ends
 
 __all__ = ["OrderedThreads", "ahead", "check_prefetch", "check_threads"]
 
@@ -84,7 +85,10 @@ def ahead(
 def _made(tasks: Iterator[Task[T]]) -> Generator[T, None, None]:
     # (no cleanup of its own: closed at the interpreter's exit, it runs after modules are torn down)
     for task in tasks:
-        yield task()
+        made = task()
+        yield made
+        if ends(made):  # a run that failed part-way: nothing after it is needed
+            return
 
 
 def _close_tasks_of(tasks: Any) -> None:
@@ -273,7 +277,7 @@ def _run(shared: _Shared, setup: Callable[[], AbstractContextManager[Any]]) -> N
                 except BaseException as error:  # handed to the consumer, which raises it
                     outcome = _Raised(error)
                 with shared.changed:
-                    if isinstance(outcome, _Raised):  # nothing after it is needed
+                    if isinstance(outcome, _Raised) or ends(outcome):  # nothing after it is needed
                         shared.end = place + 1 if shared.end is None else min(shared.end, place + 1)
                     if not shared.stop:  # (not over the error a failed setup put here)
                         shared.results.setdefault(place, outcome)
