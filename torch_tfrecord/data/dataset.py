@@ -104,16 +104,16 @@ class TFRecordDataset(EpochDataset):
             mode: reads of one loader batch, or of about 64 records) a background thread reads
             and decodes ahead of the loop, while it trains (reading, decoding and image decoding
             release the GIL); 0 loads each batch when the loop asks for it. Batches that load
-            in well under 2 ms (small Examples) are loaded in runs of up to 16 to a hand-off,
-            about 2 ms of work each, so ``prefetch`` then counts runs (see the performance
-            guide): the wake-ups of a hand-off per batch cost as much as such a batch. The transform still
+            in well under 2 ms (small Examples) are handed over in runs of up to 16, about 2 ms
+            of work each (a hand-off per batch cost as much in wake-ups as such a batch), so
+            ``prefetch`` then counts runs (see the performance guide). The transform still
             runs in the loop's thread, and the batches, their order and :meth:`state_dict`
             (what the loop received) are the same either way. DataLoader workers ignore it.
         threads: iterated in the main process, how many threads read and decode that many
             batches at once (their native work releases the GIL), handed to the loop in the
             epoch's order, at most ``threads + prefetch`` batches (or runs, as for ``prefetch``)
-            ahead: the same batches in the same
-            order, and the same :meth:`state_dict`, as with 0 threads or with DataLoader workers.
+            ahead: the same batches in the same order, and the same :meth:`state_dict`, as with
+            0 threads or with DataLoader workers.
             Faster than workers where the decode is native (Examples, ``tt.Image``), since no
             batch crosses a process; see the performance guide for when to use which. 0 (the
             default): the one prefetch thread. DataLoader workers ignore it.

@@ -84,11 +84,8 @@ def ahead(
 
 def _made(tasks: Iterator[Task[T]]) -> Generator[T, None, None]:
     # (no cleanup of its own: closed at the interpreter's exit, it runs after modules are torn down)
-    for task in tasks:
-        made = task()
-        yield made
-        if ends(made):  # a run that failed part-way: nothing after it is needed
-            return
+    for task in tasks:  # (never runs of batches: those go only where a thread hands them over)
+        yield task()
 
 
 def _close_tasks_of(tasks: Any) -> None:
