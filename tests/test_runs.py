@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
 from torch_tfrecord.data.epoch import driver
@@ -133,3 +134,16 @@ def test_batches_in_runs_are_those_of_one_by_one_and_resume_where_the_loop_was(
     again = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=0)
     again.set_epoch(1)
     assert first + ids(resumed) == ids(again)
+
+
+def test_workers_ignore_prefetch_and_threads_and_give_the_same_batches(
+    id_shards: Callable[..., list[Path]],
+) -> None:
+    """The fourth way of spreading the work: DataLoader workers ignore prefetch and threads (each
+    worker makes its batches one by one, no thread hands them over), and give the same batches."""
+    paths = id_shards([200, 150, 90])
+    one_by_one = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=0)
+    given = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=3, threads=2)
+    expected = [batch["_record_id"].tolist() for batch in one_by_one]
+    loader = DataLoader(given, batch_size=None, num_workers=2)
+    assert [batch["_record_id"].tolist() for batch in loader] == expected
