@@ -13,8 +13,9 @@ each image to 224x224 and makes batches of 32:
   (``tt.Image(size=224)``) with 0 and 2 workers and with ``threads=2``, crops and resizes in one run;
 - TensorFlow (in --tf-python's interpreter): parse + sample_distorted_bounding_box +
   decode_and_crop_jpeg + tf.image.resize, batch 32, as bench_images.py writes it, in two modes:
-  AUTOTUNE (parallel reads and map, prefetch) and serial (a plain map, prefetch). On 2 cores its
-  AUTOTUNE settles in one of two speeds per process, so each mode runs --tf-passes passes in each
+  AUTOTUNE (parallel reads and map, prefetch) and serial (a plain map, prefetch); and its
+  whole-image pipeline (decode_jpeg + tf.image.resize, AUTOTUNE), the peer of our resizes. On 2
+  cores its AUTOTUNE settles in one of two speeds per process, so each mode runs --tf-passes passes in each
   of its processes, one process per mode per round; TensorFlow's figure is its best: the fastest
   pass of its faster mode over all rounds (its median is printed too).
 
@@ -64,7 +65,9 @@ assert TF_CROPS != TF_SCRIPT
 TF_MODES = {
     "autotune": "TensorFlow: decode_and_crop_jpeg pipeline, AUTOTUNE",
     "serial": "TensorFlow: decode_and_crop_jpeg pipeline, serial map",
+    "resize": "TensorFlow: decode_jpeg + resize pipeline (bench_images.py's), AUTOTUNE",
 }
+CROP_MODES = ("autotune", "serial")  # the peers of our crops; "resize" is our resizes' peer
 
 
 def pipelines_for(shards: list[str]) -> dict[str, Callable[[], int]]:
@@ -118,7 +121,8 @@ def compare(args: argparse.Namespace) -> None:
                     cpu_rates[(data, name)].append(seen / (cpu_seconds() - cpu))
             if os.path.exists(args.tf_python):
                 for mode in TF_MODES:
-                    found = run_script(args.tf_python, TF_CROPS, ",".join(paths), mode, str(args.tf_passes))
+                    script, kind = (TF_SCRIPT, "resize") if mode == "resize" else (TF_CROPS, mode)
+                    found = run_script(args.tf_python, script, ",".join(paths), kind, str(args.tf_passes))
                     rates[(data, mode)] += [float(v) for v in found[0::2]]
                     cpu_rates[(data, mode)] += [float(v) for v in found[1::2]]
         load = os.getloadavg()[0]
@@ -137,18 +141,25 @@ def report(
         f"{os.cpu_count()} cores, {args.rounds} interleaved rounds "
         f"(TensorFlow: {args.tf_passes} passes per process and round)\n"
     )
-    columns = "images/s, median (best) | x TF's best | per CPU second, median (best) | x TF's best per CPU s"
+    columns = (
+        "images/s, median (best) | x TF's best (same pipeline) | per CPU second, median (best) "
+        "| x TF's best per CPU s"
+    )
     print(f"| data | pipeline | {columns} |")
     print("|---|---|---|---|---|---|")
     for data, paths in shards.items():
         kb = sum(os.path.getsize(path) for path in paths) / args.images / 1e3
         tf = {mode: rates[(data, mode)] for mode in TF_MODES if rates[(data, mode)]}
-        best_mode = max(tf, key=lambda mode: max(tf[mode]), default=None)
-        tf_best = max(tf[best_mode]) if best_mode else 0.0
-        tf_cpu = max(cpu_rates[(data, best_mode)]) if best_mode else 0.0
+        crop_modes = [mode for mode in CROP_MODES if mode in tf]
+        best_mode = max(crop_modes, key=lambda mode: max(tf[mode]), default=None)
         for (of, name), values in rates.items():
             if of != data or name in TF_MODES:
                 continue
+            # Each of ours against TensorFlow's best pass of the same pipeline: crops against its
+            # faster crop mode, whole-image resizes against its resize.
+            peer = "resize" if "resize" in name else best_mode
+            tf_best = max(tf[peer]) if peer in tf else 0.0
+            tf_cpu = max(cpu_rates[(data, peer)]) if peer in tf else 0.0
             wall, per_cpu = statistics.median(values), statistics.median(cpu_rates[(of, name)])
             best_wall, best_cpu = max(values), max(cpu_rates[(of, name)])
             versus = f"{wall / tf_best:.2f} ({best_wall / tf_best:.2f})" if tf_best else ""
@@ -156,7 +167,7 @@ def report(
             rates_of = f"{wall:.0f} ({best_wall:.0f}) | {versus} | {per_cpu:.0f} ({best_cpu:.0f})"
             print(f"| {data}, ~{kb:.0f} KB | {name} | {rates_of} | {versus_cpu} |")
         for mode, values in tf.items():
-            best = " (TF's best: its fastest pass)" if mode == best_mode else ""
+            best = " (TF's best: its fastest pass)" if mode in (best_mode, "resize") else ""
             cpu = cpu_rates[(data, mode)]
             spread = f"median {statistics.median(values):.0f}, slowest {min(values):.0f}"
             print(
