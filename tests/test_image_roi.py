@@ -164,6 +164,27 @@ def test_crop_boxes_are_the_same_as_before(monkeypatch: pytest.MonkeyPatch) -> N
     assert image_batch.crop_box(333, 217, tt.Image(size=(100, 150), crop="center")) == (94, 0, 145, 217)
 
 
+def test_sized_decodes_use_only_the_simd_dct_scales(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A need between the DCT scales is rounded up to the next of 1/8, 1/4, 1/2 and 1 (libjpeg-turbo's
+    5/8 to 7/8 IDCTs are plain C and slower than a whole decode): 3/8 decodes at 1/2, 5/8 to 7/8 whole."""
+    needs: list[tuple[int, int]] = []
+    decode_regions = image_roi.decode_regions
+    monkeypatch.setattr(
+        image_roi,
+        "decode_regions",
+        lambda e, regions, *a: needs.extend(r[4:] for r in regions) or decode_regions(e, regions, *a),
+    )
+    data = photo(0)  # 640x480
+    for eighths, expected in [(1, (60, 80)), (2, (120, 160)), (3, (240, 320)), (4, (240, 320))] + [
+        (n, (480, 640)) for n in (5, 6, 7, 8)
+    ]:
+        spec = tt.Image(size=(60 * eighths, 80 * eighths))
+        image = image_batch.decode_images([data], spec)
+        assert needs.pop() == expected, eighths
+        assert torch.equal(image[0], image_batch.reduced_decode(data, spec)), eighths  # the Python path's too
+    assert image_batch.DCT_SCALES == (1, 2, 4, 8)
+
+
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     mse = float(((a.float() - b.float()) ** 2).mean())
     return float("inf") if mse == 0 else float(10 * np.log10(255**2 / mse))
