@@ -67,7 +67,7 @@ def header() -> str:
     return f"{'operation':<46} {'records':>10} {'median s':>9} {'records/s':>12} {'MB/s':>8} {'vs bar':>9}"
 
 
-def spark_part(directory: str, records: int, repeats: int) -> None:
+def spark_part(directory: str, records: int, repeats: int, read_rounds: int, skip_writes: bool) -> None:
     from pyspark.sql import SparkSession
 
     spark = (
@@ -89,32 +89,51 @@ def spark_part(directory: str, records: int, repeats: int) -> None:
     def write_pq() -> None:
         frame.write.mode("overwrite").parquet(pq_dir)
 
-    write_pq_s = timed(write_pq, repeats)
-    write_tf_s = timed(write_tf, repeats)
+    manifest = os.path.join(tf_dir, "part.manifest.json")
+    written = os.path.exists(manifest) and os.path.isdir(pq_dir)
+    if skip_writes and written:
+        write_pq_s = write_tf_s = None  # the shards of an earlier run, read as they are
+        with open(manifest) as handle:
+            records = sum(shard["records"] for shard in json.load(handle)["shards"])
+    else:
+        write_pq_s, write_tf_s = timed(write_pq, repeats), timed(write_tf, repeats)
     tf_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(tf_dir, "*.tfrecord")))
     pq_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(pq_dir, "*.parquet")))
 
     def read_tf() -> None:
-        spark.read.format("tfrecord").load(os.path.join(tf_dir, "part.manifest.json")).write.format(
-            "noop"
-        ).mode("overwrite").save()
+        spark.read.format("tfrecord").load(manifest).write.format("noop").mode("overwrite").save()
 
     def read_pq() -> None:
         spark.read.parquet(pq_dir).write.format("noop").mode("overwrite").save()
 
     read_tf()  # (warm: the Python workers and the page cache)
     read_pq()
-    read_pq_s = timed(read_pq, repeats)
-    read_tf_s = timed(read_tf, repeats)
+    # The reads alternate, round after round, in one session: each read in a session ran faster
+    # than the one before for a few rounds (the JIT, the Python workers' imports), and the machine's
+    # load moves, so the two are timed side by side and the medians compared.
+    read_times: dict[str, list[float]] = {"pq": [], "tf": []}
+    for _ in range(read_rounds):
+        for name, read in (("pq", read_pq), ("tf", read_tf)):
+            start = time.perf_counter()
+            read()
+            read_times[name].append(time.perf_counter() - start)
+    read_pq_s, read_tf_s = (statistics.median(read_times[name]) for name in ("pq", "tf"))
     print(
         f"\nSpark local[2]: {records:,} records; "
         f"TFRecord {tf_bytes / 1e6:.0f} MB, Parquet {pq_bytes / 1e6:.0f} MB"
     )
     print(header())
-    print(row("write: Parquet (spark df.write.parquet) [bar]", records, write_pq_s, tf_bytes, None))
-    print(row("write: tt.spark.write_tfrecords", records, write_tf_s, tf_bytes, write_pq_s))
+    if write_pq_s is not None and write_tf_s is not None:
+        print(row("write: Parquet (spark df.write.parquet) [bar]", records, write_pq_s, tf_bytes, None))
+        print(row("write: tt.spark.write_tfrecords", records, write_tf_s, tf_bytes, write_pq_s))
     print(row("read: Parquet (spark.read.parquet) [bar]", records, read_pq_s, tf_bytes, None))
     print(row("read: spark.read.format('tfrecord')", records, read_tf_s, tf_bytes, read_pq_s))
+    ratios = [pq / tf for pq, tf in zip(read_times["pq"], read_times["tf"], strict=True)]
+    listed = {name: " ".join(f"{t:.2f}" for t in times) for name, times in read_times.items()}
+    print(
+        f"reads, {read_rounds} alternating rounds after a warm read of each, s: Parquet {listed['pq']}; "
+        f"ours {listed['tf']}; ratio per round {' '.join(f'{r:.2f}' for r in ratios)}"
+    )
     spark.stop()
 
 
@@ -222,6 +241,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shards", type=int, default=2000, help="shards for the planning part")
     parser.add_argument("--parts", default="spark,plan", help="of spark, beam, plan")
+    parser.add_argument(
+        "--read-rounds", type=int, default=5, help="alternating Spark reads, after a warm one"
+    )
+    parser.add_argument(
+        "--skip-writes", action="store_true", help="read the Spark part's shards of an earlier run in --dir"
+    )
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     parts = set(args.parts.split(","))
@@ -229,7 +254,7 @@ def main() -> None:
         print(f"load average before: {handle.read().strip()}")
     records = int(args.size_mb * 1e6 / RECORD_BYTES)
     if "spark" in parts:
-        spark_part(args.dir, records, args.repeats)
+        spark_part(args.dir, records, args.repeats, args.read_rounds, args.skip_writes)
     if "beam" in parts:
         beam_part(args.dir, args.repeats)
     if "plan" in parts:
