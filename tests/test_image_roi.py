@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import itertools
 import random
 import threading
 import time
@@ -24,6 +25,7 @@ from torch_tfrecord.support.seeds import mix_seed
 from torch_tfrecord.vision import decode_image
 
 PIL = pytest.importorskip("PIL.Image")
+JpegImageFile = pytest.importorskip("PIL.JpegImagePlugin").JpegImageFile
 simplejpeg = pytest.importorskip("simplejpeg")
 pytestmark = pytest.mark.skipif(
     not image_roi.available(),
@@ -164,9 +166,14 @@ def test_crop_boxes_are_the_same_as_before(monkeypatch: pytest.MonkeyPatch) -> N
     assert image_batch.crop_box(333, 217, tt.Image(size=(100, 150), crop="center")) == (94, 0, 145, 217)
 
 
-def test_sized_decodes_use_only_the_simd_dct_scales(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("width, height", [(640, 480), (641, 481), (500, 375), (217, 333)])
+def test_sized_decodes_use_only_the_simd_dct_scales(
+    monkeypatch: pytest.MonkeyPatch, width: int, height: int
+) -> None:
     """A need between the DCT scales is rounded up to the next of 1/8, 1/4, 1/2 and 1 (libjpeg-turbo's
-    5/8 to 7/8 IDCTs are plain C and slower than a whole decode): 3/8 decodes at 1/2, 5/8 to 7/8 whole."""
+    3/8 to 7/8 IDCTs are plain C, slower than the next SIMD scale), the same scale for the native
+    path, simplejpeg's and Pillow's ``draft`` (which rounds the other way), on sizes that 8 does
+    not divide too."""
     needs: list[tuple[int, int]] = []
     decode_regions = image_roi.decode_regions
     monkeypatch.setattr(
@@ -174,15 +181,48 @@ def test_sized_decodes_use_only_the_simd_dct_scales(monkeypatch: pytest.MonkeyPa
         "decode_regions",
         lambda e, regions, *a: needs.extend(r[4:] for r in regions) or decode_regions(e, regions, *a),
     )
-    data = photo(0)  # 640x480
-    for eighths, expected in [(1, (60, 80)), (2, (120, 160)), (3, (240, 320)), (4, (240, 320))] + [
-        (n, (480, 640)) for n in (5, 6, 7, 8)
-    ]:
-        spec = tt.Image(size=(60 * eighths, 80 * eighths))
+    drafted: list[tuple[int, int]] = []
+    draft = JpegImageFile.draft
+
+    def spied(image: JpegImageFile, *args: object) -> object:
+        found = draft(image, *args)  # type: ignore[arg-type]
+        drafted.append(image.size[::-1])
+        return found
+
+    data = photo(0, width, height)
+    assert image_batch.DCT_SCALES == (1, 2, 4, 8)
+    for eighths in range(1, 9):
+        size = (-(-height * eighths // 8), -(-width * eighths // 8))  # asks for exactly scale n/8
+        used = next(n for n in (1, 2, 4, 8) if n >= eighths)
+        expected = (-(-height * used // 8), -(-width * used // 8))
+        spec = tt.Image(size=size)
         image = image_batch.decode_images([data], spec)
         assert needs.pop() == expected, eighths
-        assert torch.equal(image[0], image_batch.reduced_decode(data, spec)), eighths  # the Python path's too
-    assert image_batch.DCT_SCALES == (1, 2, 4, 8)
+        assert torch.equal(image[0], image_batch.reduced_decode(data, spec)), eighths  # simplejpeg's
+        with monkeypatch.context() as without:  # the path without simplejpeg: Pillow's draft
+            without.setattr(JpegImageFile, "draft", spied)
+            without.setattr(image_batch, "_simplejpeg", lambda: None)
+            image_batch.decode_images([data], spec)
+            assert drafted.pop() == expected, eighths
+
+
+@pytest.mark.parametrize("side", [(1, 1), (3, 5), (6, 6), (7, 7), (7, 12)])
+def test_tiny_images_decode_as_the_python_path_does(side: tuple[int, int]) -> None:
+    """Sides under 8 pixels, where two DCT scales give the same size: the native path takes the
+    larger, as TurboJPEG (simplejpeg, PyTurboJPEG) does for that size, so the same pixels; at its
+    own size the image is its full decode."""
+    height, width = side
+    pixels = np.random.default_rng(height * 100 + width).integers(0, 256, (height, width, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    PIL.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    data = buffer.getvalue()
+    for size in [(height, width), (max(1, height // 2), max(1, width // 2)), (2 * height, 2 * width)]:
+        for dct, crop in itertools.product(("accurate", "fast"), ("resize", "center")):
+            spec = tt.Image(size=size, dct=dct, crop=crop)  # type: ignore[arg-type]
+            image = image_batch.decode_images([data], spec)
+            assert torch.equal(image[0], image_batch.reduced_decode(data, spec)), (size, dct, crop)
+    whole = image_batch.decode_images([data], tt.Image(size=(height, width)))
+    assert torch.equal(whole[0], decode_image(data, "RGB"))
 
 
 def psnr(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -108,6 +108,10 @@ static void decode_one(Job *job, const Batch *batch) {
             break;
         }
     }
+    /* Where a larger scale gives the same size (sides under 8 pixels), the larger one: the scale
+     * TurboJPEG's API (simplejpeg, PyTurboJPEG) takes for that size, so the same pixels. */
+    while (num < 8 && scaled(height, num + 1) == scaled(height, num) && scaled(width, num + 1) == scaled(width, num))
+        num++;
     cinfo.scale_num = (unsigned int)num;
     cinfo.scale_denom = 8;
     cinfo.dct_method = batch->fast_dct ? JDCT_IFAST : JDCT_ISLOW;

@@ -159,18 +159,35 @@ def _cut_short(data: bytes) -> ValueError | None:
 DCT_SCALES = (1, 2, 4, 8)
 
 
-def _needed(height: int, width: int, box: Box, size: tuple[int, int]) -> tuple[int, int]:
-    """The pixels a decode of the whole image needs so that ``box`` keeps at least ``size`` of them,
-    rounded up to the size of the smallest of :data:`DCT_SCALES` that gives them: every decoder
-    here decodes at the smallest DCT scale giving the need, so at that one."""
+def _scale(height: int, width: int, box: Box, size: tuple[int, int]) -> int:
+    """The DCT scale (n/8, of :data:`DCT_SCALES`) to decode the whole image at so that ``box`` keeps
+    at least ``size`` of its pixels: the smallest that gives them."""
     _, _, h, w = box
     need_h = min(math.ceil(height * size[0] / h), height)
     need_w = min(math.ceil(width * size[1] / w), width)
     for num in DCT_SCALES:
-        scaled_h, scaled_w = -(-height * num // 8), -(-width * num // 8)
-        if scaled_h >= need_h and scaled_w >= need_w:
-            return scaled_h, scaled_w
-    return height, width
+        if _scaled(height, num) >= need_h and _scaled(width, num) >= need_w:
+            return num
+    return 8
+
+
+def _scaled(size: int, num: int) -> int:
+    """A side decoded at DCT scale num/8 (libjpeg rounds up)."""
+    return -(-size * num // 8)
+
+
+def _needed(height: int, width: int, box: Box, size: tuple[int, int]) -> tuple[int, int]:
+    """The least size to ask a decoder that decodes at the smallest DCT scale giving it (the
+    ``_jpeg`` extension, simplejpeg, PyTurboJPEG) for :func:`_scale`'s scale: that scale's size."""
+    num = _scale(height, width, box, size)
+    return _scaled(height, num), _scaled(width, num)
+
+
+def _drafted(height: int, width: int, box: Box, size: tuple[int, int]) -> tuple[int, int]:
+    """The size to ask Pillow's ``draft`` for :func:`_scale`'s scale: ``draft`` takes the largest
+    of 1/8, 1/4, 1/2 whose divisor fits ``image // asked`` on both sides, so the sizes rounded down."""
+    num = _scale(height, width, box, size)
+    return max(1, height * num // 8), max(1, width * num // 8)
 
 
 def reduced_decode(
@@ -206,8 +223,8 @@ def reduced_decode(
         with PIL.Image.open(io.BytesIO(data)) as image:
             width, height = image.size
             top, left, h, w = box or crop_box(height, width, spec, generator)
-            need_h, need_w = _needed(height, width, (top, left, h, w), (out_h, out_w))
-            image.draft(spec.mode, (need_w, need_h))
+            draft_h, draft_w = _drafted(height, width, (top, left, h, w), (out_h, out_w))
+            image.draft(spec.mode, (draft_w, draft_h))
             array = np.asarray(image.convert(spec.mode))
         if array.ndim == 2:
             array = array[:, :, None]

@@ -165,10 +165,18 @@ def decode_jpeg_fast(
 def _smallest_scale(
     factors: Any, height: int, width: int, min_height: int, min_width: int
 ) -> tuple[int, int]:
-    """The smallest DCT scale (at most 1) that keeps at least ``min_height`` x ``min_width``."""
-    for num, denom in sorted((f for f in factors if f[0] <= f[1]), key=lambda f: f[0] / f[1]):
-        if -(-height * num // denom) >= min_height and -(-width * num // denom) >= min_width:
-            return num, denom
+    """The smallest DCT scale (at most 1) that keeps at least ``min_height`` x ``min_width``; of
+    scales that give the same size (sides under 8 pixels), the largest, as TurboJPEG takes it
+    for that size."""
+
+    def size(factor: tuple[int, int]) -> tuple[int, int]:
+        return -(-height * factor[0] // factor[1]), -(-width * factor[0] // factor[1])
+
+    ordered = sorted((f for f in factors if f[0] <= f[1]), key=lambda f: f[0] / f[1])
+    for at, factor in enumerate(ordered):
+        if size(factor)[0] >= min_height and size(factor)[1] >= min_width:
+            num, denom = [f for f in ordered[at:] if size(f) == size(factor)][-1]
+            return int(num), int(denom)
     return 1, 1
 
 
