@@ -1,16 +1,17 @@
 """What a second thread can give on this machine: the same GIL-free work in 1 thread, then split
-over 2, for the kinds of work a batch of Examples is made of.
+over 2, for the kinds of native work a batch of Examples is made of.
 
-- ``crc32c, 1 MB``: the CRC check of a batch of 4 KB records (the native CRC, compute);
-- ``copy 1 MB``: a batch of 4 KB records gathered into one buffer (memory bandwidth, in L2/L3);
+- ``crc32c, 1 MB``: the native CRC over a 1 MB buffer, called again and again (compute, in cache);
+- ``copy 1 MB``: a 1 MB buffer copied into another (a batch's gather, memory in L2/L3);
 - ``copy 32 MB``: the same beyond the caches (DRAM bandwidth);
 - ``sha256``: pure compute, the control.
 
-Each is timed as the same total work done by 1 thread and by 2 threads at once (median of
+Each thread's buffers are made and touched before the clock starts, and each measure is at least
+about 0.1 s of work. The same total work is timed in 1 thread and in 2 threads at once (median of
 ``--repeats``); the speed-up is what ``threads=2`` can at best get on that part of a batch, whatever
 the loader does. Run it beside bench_loader.py when its threads=2 rows fall short of 2x.
 
-    python benchmarks/bench_cores.py --repeats 5
+    python benchmarks/bench_cores.py --repeats 7
 """
 
 from __future__ import annotations
@@ -26,38 +27,67 @@ import numpy as np
 
 from torch_tfrecord.support import _native  # type: ignore[attr-defined]
 
+Work = Callable[[], Callable[[], None]]  # makes one thread's buffers, returns the work on them
 
-def _work() -> dict[str, Callable[[], None]]:
-    rng = np.random.default_rng(0)
-    big = rng.integers(0, 256, 32 << 20, dtype=np.uint8)
-    small = big[: 1 << 20].copy()
 
-    def crc() -> None:
-        for _ in range(64):
-            _native.masked_crc32c(small)
+def _crc(calls: int) -> Work:
+    def prepare() -> Callable[[], None]:
+        data = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8).tobytes()
 
-    def copy(source: np.ndarray, times: int) -> Callable[[], None]:
         def run() -> None:
-            target = np.empty_like(source)
+            for _ in range(calls):
+                _native.masked_crc32c(data)
+
+        return run
+
+    return prepare
+
+
+def _copy(size: int, times: int) -> Work:
+    def prepare() -> Callable[[], None]:
+        source = np.random.default_rng(0).integers(0, 256, size, dtype=np.uint8)
+        target = source.copy()  # (its pages mapped before the clock starts)
+
+        def run() -> None:
             for _ in range(times):
                 np.copyto(target, source)
 
         return run
 
-    def sha() -> None:
-        for _ in range(2):
-            hashlib.sha256(big).digest()
-
-    return {"crc32c, 1 MB": crc, "copy 1 MB": copy(small, 256), "copy 32 MB": copy(big, 8), "sha256": sha}
+    return prepare
 
 
-def _timed(work: Callable[[], None], threads: int, per_thread: int) -> float:
-    def run() -> None:
+def _sha(times: int) -> Work:
+    def prepare() -> Callable[[], None]:
+        data = np.random.default_rng(0).integers(0, 256, 32 << 20, dtype=np.uint8).tobytes()
+
+        def run() -> None:
+            for _ in range(times):
+                hashlib.sha256(data).digest()
+
+        return run
+
+    return prepare
+
+
+WORK: dict[str, Work] = {
+    "crc32c, 1 MB": _crc(2048),
+    "copy 1 MB": _copy(1 << 20, 4096),
+    "copy 32 MB": _copy(32 << 20, 48),
+    "sha256": _sha(4),
+}
+
+
+def _timed(prepare: Work, threads: int, per_thread: int) -> float:
+    """Seconds for ``threads`` threads each doing ``per_thread`` runs at once."""
+    works = [prepare() for _ in range(threads)]
+
+    def run(work: Callable[[], None]) -> None:
         for _ in range(per_thread):
             work()
 
+    started = [threading.Thread(target=run, args=(work,)) for work in works]
     start = time.perf_counter()
-    started = [threading.Thread(target=run) for _ in range(threads)]
     for thread in started:
         thread.start()
     for thread in started:
@@ -67,15 +97,19 @@ def _timed(work: Callable[[], None], threads: int, per_thread: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     with open("/proc/loadavg") as handle:
         print(f"load average before: {handle.read().strip()}")
-    print(f"{'work':<24} {'1 thread s':>11} {'2 threads s':>12} {'speed-up':>9}")
-    for name, work in _work().items():
-        one = statistics.median(_timed(work, 1, 2) for _ in range(args.repeats))
-        two = statistics.median(_timed(work, 2, 1) for _ in range(args.repeats))
-        print(f"{name:<24} {one:>11.3f} {two:>12.3f} {one / two:>8.2f}x")
+    print(f"{'work':<16} {'1 thread s':>11} {'2 threads s':>12} {'speed-up':>9}  (speed-ups of each repeat)")
+    for name, prepare in WORK.items():
+        ones, twos = [], []
+        for _ in range(args.repeats):  # (alternating: the machine's load moves)
+            ones.append(_timed(prepare, 1, 2))
+            twos.append(_timed(prepare, 2, 1))
+        one, two = statistics.median(ones), statistics.median(twos)
+        each = " ".join(f"{a / b:.2f}" for a, b in zip(ones, twos, strict=True))
+        print(f"{name:<16} {one:>11.3f} {two:>12.3f} {one / two:>8.2f}x  ({each})")
 
 
 if __name__ == "__main__":

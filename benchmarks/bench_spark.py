@@ -96,6 +96,10 @@ def spark_part(directory: str, records: int, repeats: int, read_rounds: int, ski
         with open(manifest) as handle:
             records = sum(shard["records"] for shard in json.load(handle)["shards"])
     else:
+        if skip_writes:
+            print(
+                f"--skip-writes: no earlier shards in {directory} (a manifest and a Parquet folder): writing"
+            )
         write_pq_s, write_tf_s = timed(write_pq, repeats), timed(write_tf, repeats)
     tf_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(tf_dir, "*.tfrecord")))
     pq_bytes = sum(os.path.getsize(p) for p in glob.glob(os.path.join(pq_dir, "*.parquet")))
@@ -110,10 +114,12 @@ def spark_part(directory: str, records: int, repeats: int, read_rounds: int, ski
     read_pq()
     # The reads alternate, round after round, in one session: each read in a session ran faster
     # than the one before for a few rounds (the JIT, the Python workers' imports), and the machine's
-    # load moves, so the two are timed side by side and the medians compared.
+    # load moves, so the two are timed side by side (which goes first alternates too) and the
+    # medians compared.
     read_times: dict[str, list[float]] = {"pq": [], "tf": []}
-    for _ in range(read_rounds):
-        for name, read in (("pq", read_pq), ("tf", read_tf)):
+    for round_number in range(read_rounds):
+        order = [("pq", read_pq), ("tf", read_tf)]
+        for name, read in order if round_number % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             read()
             read_times[name].append(time.perf_counter() - start)
@@ -238,7 +244,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", default="/tmp/ttbench-spark")
     parser.add_argument("--size-mb", type=float, default=1024, help="TFRecord bytes to write and read")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="timed Spark writes, Beam reads and plans (median of these)"
+    )
     parser.add_argument("--shards", type=int, default=2000, help="shards for the planning part")
     parser.add_argument("--parts", default="spark,plan", help="of spark, beam, plan")
     parser.add_argument(
@@ -248,6 +256,8 @@ def main() -> None:
         "--skip-writes", action="store_true", help="read the Spark part's shards of an earlier run in --dir"
     )
     args = parser.parse_args()
+    if args.read_rounds < 1 or args.repeats < 1:
+        parser.error("--read-rounds and --repeats must be at least 1")
     os.makedirs(args.dir, exist_ok=True)
     parts = set(args.parts.split(","))
     with open("/proc/loadavg") as handle:
