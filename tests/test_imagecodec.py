@@ -142,6 +142,30 @@ def test_dataset_gives_stacked_batches_with_reproducible_crops(shard) -> None:
     assert sum(torch.equal(other[i], batched[i]) for i in range(12)) < 3  # new crops each epoch
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [{"prefetch": 0}, {}, {"threads": 2}, {"threads": 2, "process": True}, {"num_workers": 2}],
+    ids=["inline", "prefetch", "threads", "process", "workers"],
+)
+def test_random_crops_are_the_same_however_the_work_is_spread(shard, mode: dict[str, int]) -> None:
+    """Random crops at a size whose need falls between the SIMD DCT scales (decoded at full scale,
+    see image_batch.DCT_SCALES): the same batches, in the same order, in the loop alone, on the
+    prefetch thread, on threads, in the loading process and in DataLoader workers."""
+    spec = {"image/encoded": tt.Image(size=(100, 100), crop="random"), "label": tt.FixedLen((), torch.int64)}
+    workers = mode.pop("num_workers", 0)
+
+    def batches(**kwargs: int) -> list[tuple[list[int], torch.Tensor]]:
+        dataset = tt.TFRecordDataset(shard, spec=spec, seed=5, batch_size=3, **kwargs)
+        loader = (
+            torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=workers) if workers else dataset
+        )
+        return [(b["label"].tolist(), b["image/encoded"]) for b in loader]
+
+    expected, found = batches(prefetch=0), batches(**mode)
+    assert [labels for labels, _ in found] == [labels for labels, _ in expected]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(expected, found, strict=True))
+
+
 def test_workers_send_the_shared_batch_without_packing_it(shard) -> None:
     spec = {"image/encoded": tt.Image(size=32), "label": tt.FixedLen((), torch.int64)}
     dataset = tt.TFRecordDataset(shard, spec=spec, batch_size=4, shuffle=False)
