@@ -374,6 +374,23 @@ def test_bad_feature_fails_alike(key: str, value: Any, code: int) -> None:
         tt.decode_batch(records, SPEC)  # native first, then protobuf names the record
 
 
+def test_bytes_values_past_the_unlocked_copy_size_are_cut_exactly() -> None:
+    """Batches whose bytes values add up to more than bytes_rows copies while holding the GIL
+    (64 KB: then the values are filled after it is released) decode as protobuf decodes them:
+    scalars and lists, empty values among them, each value its own bytes object."""
+    spec = {"blob": tt.FixedLen((), bytes), "parts": tt.VarLen(bytes)}
+    records = [
+        tt.encode_example(
+            {"blob": bytes([i % 251]) * (4096 + i), "parts": [bytes([i % 7]) * (i * 97 % 3000), b"", b"z"]}
+        )
+        for i in range(64)
+    ]
+    batch = assert_agree(records, spec)
+    assert sum(len(value) for value in batch["blob"]) > 64 * 1024
+    assert batch["blob"][5] == bytes([5]) * 4101 and batch["parts"][3] == [bytes([3]) * 291, b"", b"z"]
+    assert len({id(value) for value in batch["blob"]}) == len(records)
+
+
 def test_missing_required_feature_fails_alike() -> None:
     record = tt.encode_example({"tokens": [1]})
     assert outcome(lambda: native_examples([record], {"pair": SPEC["pair"]})) == ("error", 5)

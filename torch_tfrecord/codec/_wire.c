@@ -520,8 +520,9 @@ static void free_columns(Column *cols, int n) {
 }
 
 /* columns: sequence of (key: bytes, kind, mode, numel, required, sequence, default: bytes|None);
- * the tuple and its bytes objects outlive the parse (the caller holds them). */
-static Column *make_columns(PyObject *spec, int64_t n, int *ncols) {
+ * the tuple and its bytes objects outlive the parse (the caller holds them). input: the bytes
+ * of the records, which bound what a column without a default can hold. */
+static Column *make_columns(PyObject *spec, int64_t n, size_t input, int *ncols) {
     PyObject *seq = PySequence_Fast(spec, "columns must be a sequence");
     if (!seq) return NULL;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
@@ -552,13 +553,18 @@ static Column *make_columns(PyObject *spec, int64_t n, int *ncols) {
             c->def_count = c->numel;
         }
         if (!c->sequence && (c->mode == MODE_FIXED || c->mode == MODE_ONE)) {
-            /* the exact size when every record is well formed: no growth on the hot path */
+            /* the exact size when every record is well formed: no growth on the hot path. Not
+             * sized from the spec alone: without a default, each value takes at least one byte
+             * of the input (a bytes value two: its span is 16 bytes), so a spec's huge shape
+             * reserves no more than the input can fill (the parse then fails on the first record). */
             size_t per = (size_t)(c->mode == MODE_ONE ? 1 : c->numel) * elem_size(c->kind);
             if (per && (size_t)n > SIZE_MAX / per) {
                 PyErr_NoMemory();
                 goto fail;
             }
-            if (per && !buf_reserve(&c->values, per * (size_t)n)) {
+            size_t reserve = per * (size_t)n;
+            if (!c->def && input <= SIZE_MAX / 16 && reserve > 8 * input) reserve = 8 * input;
+            if (per && !buf_reserve(&c->values, reserve)) {
                 PyErr_NoMemory();
                 goto fail;
             }
@@ -623,7 +629,7 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_ValueError, "starts and lengths differ in length");
         goto done;
     }
-    cols = make_columns(columns, n, &ncols);
+    cols = make_columns(columns, n, (size_t)buffer.len, &ncols);
     if (!cols) goto done;
     Ctx ctx = {(const uint8_t *)buffer.buf, cols, ncols, DECODE_OK, -1};
     int64_t failed = -1;
@@ -658,7 +664,12 @@ done:
 }
 
 /* bytes_rows(buffer, spans, rows, scalar): per row a list of bytes (or, with scalar, the row's
- * only value), cut from buffer at the (start, length) spans. */
+ * only value), cut from buffer at the (start, length) spans. The bytes objects are made empty
+ * with the GIL and filled after it is released where there is much to copy (a batch of 4 KB
+ * values is a megabyte: copied while holding the GIL, it kept the dataset's other loading
+ * threads waiting); nothing else sees them before this returns. */
+#define BYTES_ROWS_UNLOCKED (64 * 1024) /* bytes to copy from which the copy leaves the GIL */
+
 static PyObject *py_bytes_rows(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *buffer_obj, *spans_obj, *rows_obj;
@@ -676,45 +687,48 @@ static PyObject *py_bytes_rows(PyObject *self, PyObject *args) {
         return NULL;
     }
     PyObject *out = NULL;
+    char **targets = NULL; /* value k's bytes object's memory, filled at the end */
     const int64_t *span = (const int64_t *)spans.buf, *row = (const int64_t *)rows.buf;
     Py_ssize_t nrows = rows.len / 8 - 1, nspans = spans.len / 16;
     if (nrows < 0) {
         PyErr_SetString(PyExc_ValueError, "rows must hold at least one offset");
         goto done;
     }
+    targets = calloc((size_t)nspans + 1, sizeof(char *));
+    if (!targets) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t total = 0;
     out = PyList_New(nrows);
     if (!out) goto done;
     for (Py_ssize_t r = 0; r < nrows; r++) {
         int64_t a = row[r], b = row[r + 1];
         if (a < 0 || b < a || b > nspans || (scalar && b - a != 1)) {
             PyErr_SetString(PyExc_ValueError, "rows do not fit the spans");
-            Py_CLEAR(out);
-            goto done;
+            goto fail;
         }
         PyObject *item;
         if (scalar) {
             item = NULL;
         } else {
             item = PyList_New((Py_ssize_t)(b - a));
-            if (!item) {
-                Py_CLEAR(out);
-                goto done;
-            }
+            if (!item) goto fail;
         }
         for (int64_t k = a; k < b; k++) {
             int64_t start = span[2 * k], len = span[2 * k + 1];
             if (start < 0 || len < 0 || start > buffer.len || len > buffer.len - start) {
                 PyErr_SetString(PyExc_ValueError, "a span lies outside the buffer");
                 Py_XDECREF(item);
-                Py_CLEAR(out);
-                goto done;
+                goto fail;
             }
-            PyObject *value = PyBytes_FromStringAndSize((const char *)buffer.buf + start, (Py_ssize_t)len);
+            PyObject *value = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)len);
             if (!value) {
                 Py_XDECREF(item);
-                Py_CLEAR(out);
-                goto done;
+                goto fail;
             }
+            targets[k] = len ? PyBytes_AS_STRING(value) : NULL; /* (length 0: the shared empty bytes) */
+            total += (size_t)len;
             if (scalar)
                 item = value;
             else
@@ -722,7 +736,21 @@ static PyObject *py_bytes_rows(PyObject *self, PyObject *args) {
         }
         PyList_SET_ITEM(out, r, item);
     }
+    /* Every span was checked above; a span named by no row has no target. */
+    if (total >= BYTES_ROWS_UNLOCKED) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < nspans; k++)
+            if (targets[k]) memcpy(targets[k], (const char *)buffer.buf + span[2 * k], (size_t)span[2 * k + 1]);
+        Py_END_ALLOW_THREADS
+    } else {
+        for (Py_ssize_t k = 0; k < nspans; k++)
+            if (targets[k]) memcpy(targets[k], (const char *)buffer.buf + span[2 * k], (size_t)span[2 * k + 1]);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
 done:
+    free(targets);
     PyBuffer_Release(&buffer);
     PyBuffer_Release(&spans);
     PyBuffer_Release(&rows);
