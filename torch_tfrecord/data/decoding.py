@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 RECORD_ID_KEY = "_record_id"
 """Key of each sample's global record id (its place in the concatenated shards)."""
+_SCRATCHES = 8  # read buffers kept at most (one per loading thread)
 _TYPE_SAMPLE = 256  # records read at construction to type the keys of spec=None
 PADDING_KEY = "_padding"
 """Key of the flag marking a sample that repeats a record (padding, or a stand-in for a bad one)."""
@@ -87,11 +88,13 @@ class BatchDecoder:
             isinstance(feature, Image) for feature in (spec or {}).values()
         )
         self.skipped = 0
-        self._scratch: bytearray | None = None  # the read buffer of the last batch, reused
+        # Read buffers of earlier batches, reused: one per thread decoding at once (a new one
+        # each batch would be mapped, zeroed and unmapped again, page by page).
+        self._scratch: list[bytearray] = []
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_scratch"] = None
+        state["_scratch"] = []
         return state
 
     def decode_seeded(
@@ -165,8 +168,12 @@ class BatchDecoder:
         """Reads and decodes in compiled code; None for anything amiss (the careful path below
         then raises or skips with the exact error)."""
         assert self.feature_spec is not None
-        # Taken, not shared: a decoder used from two threads at once gives the other a new buffer.
-        scratch, self._scratch = self._scratch or bytearray(), None
+        # Taken, not shared: each thread decoding at once has a buffer of its own.
+        scratches = self._scratch
+        try:
+            scratch = scratches.pop()
+        except IndexError:
+            scratch = bytearray()
         try:
             token = begin()
             # A selection's records: read from its files by their record ids (mapped once a batch).
@@ -187,7 +194,8 @@ class BatchDecoder:
             except (native.Rejected, FeatureError):
                 return None
         finally:
-            self._scratch = scratch
+            if len(scratches) < _SCRATCHES:
+                scratches.append(scratch)
 
     def _decode_carefully(
         self,
