@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_tfrecord as tt
+from torch_tfrecord.data.decoding import BatchDecoder
 from torch_tfrecord.data.epoch import driver
 from torch_tfrecord.data.telemetry.shared import Telemetry
 from torch_tfrecord.data.transport import runs as runs_module
@@ -107,9 +108,9 @@ def test_batches_in_runs_are_those_of_one_by_one_and_resume_where_the_loop_was(
     paths = id_shards([200, 150, 90])
     lengths: list[int] = []
 
-    def spied(tasks: Any, pace: Any) -> Any:
+    def spied(tasks: Any, pace: Any, *rest: Any) -> Any:
         lengths.append(len(tasks))
-        return run_of(tasks, pace)
+        return run_of(tasks, pace, *rest)
 
     monkeypatch.setattr(driver, "run_of", spied)
     monkeypatch.setattr(runs_module, "RUN_SECONDS", 1.0)  # every batch far below it: runs of 16
@@ -147,3 +148,74 @@ def test_workers_ignore_prefetch_and_threads_and_give_the_same_batches(
     expected = [batch["_record_id"].tolist() for batch in one_by_one]
     loader = DataLoader(given, batch_size=None, num_workers=2)
     assert [batch["_record_id"].tolist() for batch in loader] == expected
+
+
+def test_a_run_of_small_batches_is_decoded_at_once_each_batch_in_its_own_memory(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of small batches is read and decoded in one native call and cut into its batches: the
+    same batches as one by one (every column), each tensor with memory of its own (a view would
+    keep, pickle and send the whole run's); with a transform on the threads too."""
+    paths = id_shards([200, 150, 90])
+    monkeypatch.setattr(runs_module, "RUN_SECONDS", 1.0)  # runs of 16
+    together: list[int] = []
+    batches = BatchDecoder.batches
+
+    def spied(self: BatchDecoder, parts: Any, seed: int, epoch: int) -> Any:
+        made = batches(self, parts, seed, epoch)
+        together.append(len(parts) if made is not None else 0)
+        return made
+
+    monkeypatch.setattr(BatchDecoder, "batches", spied)
+
+    def doubled(batch: dict[str, Any], generator: torch.Generator | None = None) -> dict[str, Any]:
+        return {**batch, "twice": batch["id"] * 2}
+
+    # Columns of each kind: a scalar and a 2-D tensor (a default), a Ragged list, bytes rows.
+    pair, tag = tt.FixedLen((2,), torch.float32, default=[0.5, 1.5]), tt.FixedLen((), bytes, default=b"t")
+    spec = {**SPEC, "pair": pair, "tag": tag}
+    expected = list(tt.TFRecordDataset(paths, spec=spec, batch_size=4, seed=3, prefetch=0, transform=doubled))
+    for mode in ({"prefetch": 3}, {"threads": 2, "transform_threads": True}):
+        together.clear()
+        found = list(tt.TFRecordDataset(paths, spec=spec, batch_size=4, seed=3, transform=doubled, **mode))
+        assert max(together) == MAX_RUN and 0 not in together, mode
+        assert len(found) == len(expected)
+        for one, run in zip(expected, found, strict=True):
+            assert one.keys() == run.keys()
+            for key in ("id", "pair", "twice", "_record_id", "_padding"):
+                assert torch.equal(one[key], run[key]), key
+                assert run[key].untyped_storage().nbytes() == run[key].numel() * run[key].element_size()
+            assert one["x"].tolist() == run["x"].tolist()
+            assert type(run["tag"]) is type(one["tag"]) and list(run["tag"]) == list(one["tag"]) == [b"t"] * 4
+            assert run["x"].values.untyped_storage().nbytes() == run["x"].values.numel() * 4
+
+
+def test_a_damaged_record_in_a_run_is_named_or_skipped_as_one_by_one(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run whose one-call decode finds a damaged record goes one by one: the batches before it
+    come out, then the error naming the record (or, skipping, the same batches as one by one)."""
+    paths = id_shards([200, 150, 90])
+    monkeypatch.setattr(runs_module, "RUN_SECONDS", 1.0)
+    data = bytearray(paths[1].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # a byte inside a record of the second shard
+    paths[1].write_bytes(bytes(data))
+
+    def until_error(prefetch: int) -> tuple[list[list[int]], str]:
+        seen: list[list[int]] = []
+        dataset = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, prefetch=prefetch, shuffle=False)
+        with pytest.raises(tt.TFRecordError) as raised:
+            for batch in dataset:
+                seen.append(batch["_record_id"].tolist())
+        return seen, str(raised.value)
+
+    before, message = until_error(0)
+    assert "shard-001" in message and until_error(3) == (before, message)
+
+    def skipping(prefetch: int) -> list[list[int]]:
+        dataset = tt.TFRecordDataset(
+            paths, spec=SPEC, batch_size=4, prefetch=prefetch, shuffle=False, on_error="skip"
+        )
+        return [batch["_record_id"].tolist() for batch in dataset]
+
+    assert skipping(3) == skipping(0)

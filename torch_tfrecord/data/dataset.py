@@ -34,6 +34,7 @@ __all__ = ["TFRecordDataset"]
 
 logger = logging.getLogger(__name__)
 
+
 class TFRecordDataset(EpochDataset):
     """TFRecord shards as an iterable dataset, split exactly over DDP ranks and DataLoader workers.
 
@@ -224,6 +225,12 @@ class TFRecordDataset(EpochDataset):
         if batched:
             return [self._decoder.batch(ids, padding, self.plan.seed, epoch)]
         return self._decoder.samples(ids, padding, self.plan.seed, epoch)
+
+    def load_batches(
+        self, parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]], epoch: int
+    ) -> list[dict[str, Any]] | None:
+        """Batches of small records read and decoded in one native call (see BatchDecoder.batches)."""
+        return self._decoder.batches(parts, self.plan.seed, epoch)
 
     def finish(self, loaded: Any, epoch: int) -> Any:
         """A loaded batch or sample after the transform, its RNG seeded from (seed, epoch, record id)."""

@@ -22,6 +22,7 @@ from ..codec import native
 from ..codec.decode import SpecArg, decode_batch
 from ..codec.image_batch import seeded as image_seeds
 from ..codec.payloads import Payload, payload_for
+from ..codec.ragged import Ragged
 from ..codec.rows import split_batch
 from ..codec.schema import sample_dtypes
 from ..codec.selection import RowList
@@ -123,6 +124,43 @@ class BatchDecoder:
         batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids))
         batch[PADDING_KEY] = torch.from_numpy(padding)
         return batch
+
+    def batches(
+        self, parts: list[tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]], seed: int, epoch: int
+    ) -> list[dict[str, Any]] | None:
+        """Several batches as :meth:`batch` makes them, their records read and decoded in one native
+        call and cut into the batches (each in its own memory); None where that path does not apply
+        (images, payloads, the Python decoder, a column of another kind, or a record the native path
+        refuses: then batch by batch, which names it or skips it). ``seed`` is :meth:`batch`'s."""
+        if self.images or self.payload is not None or self.feature_spec is None:
+            return None
+        if native.decoder() != "native":
+            return None
+        columns = self._decode_natively(np.concatenate([ids for ids, _ in parts]))
+        if columns is None:
+            return None
+        # Tensors cut as NumPy arrays: a copy there keeps the GIL, where each torch call lets it
+        # go (and, with loading threads, hands it to another thread and waits to get it back).
+        arrays = {key: column.numpy() for key, column in columns.items() if type(column) is torch.Tensor}
+        made: list[dict[str, Any]] = []
+        at = 0
+        for ids, padding in parts:
+            stop = at + len(ids)
+            batch: dict[str, Any] = {}
+            for key, column in columns.items():
+                if key in arrays:
+                    batch[key] = torch.from_numpy(arrays[key][at:stop].copy())
+                elif isinstance(column, Ragged):
+                    batch[key] = _owned(column[at:stop])
+                elif type(column) is list:
+                    batch[key] = RowList(column[at:stop])
+                else:
+                    return None
+            batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids))
+            batch[PADDING_KEY] = torch.from_numpy(padding)
+            made.append(batch)
+            at = stop
+        return made
 
     def samples(
         self, ids: npt.NDArray[np.int64], padding: npt.NDArray[np.bool_], seed: int, epoch: int
@@ -356,3 +394,10 @@ def decoder_for(
     payload = payload_for(spec, context_spec, sequence_spec)
     examples = None if payload is not None else normalize_spec(spec)  # type: ignore[arg-type]
     return BatchDecoder(files, examples, verify_crc=verify_crc, on_error=on_error, payload=payload)
+
+
+def _owned(piece: torch.Tensor | Ragged) -> torch.Tensor | Ragged:
+    """A slice of a run's column in memory of its own (a view would keep, pickle and send the run's)."""
+    if isinstance(piece, Ragged):
+        return Ragged(piece.values.clone(), piece.offsets.clone())
+    return piece.clone()

@@ -16,9 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
 from typing import Any
 
 import numpy as np
@@ -37,15 +35,14 @@ from ..frameworks.internals import (
     warn_batch_size_unknown,
 )
 from ..frameworks.wrapped import shard_runs, world_items, wrapped_len
-from ..order.plan import EpochPlan, Progress, WorkerSlice
+from ..order.plan import SAMPLE_CHUNK, EpochPlan, Progress, WorkerSlice, reading_chunk
 from ..order.resume import Live, Resume, combine_states, load_state, rank_state, resume_point
 from ..order.schedule import NoSchedule
-from ..telemetry.shared import Telemetry, watch_starting_loader
-from ..telemetry.stats import LoadStats
+from ..telemetry.shared import Observed, Telemetry, watch_starting_loader
 from ..transport.fast_convert import convert
 from ..transport.handoff import pack_tensors
 from ..transport.loading_process import check_process, load_ahead
-from ..transport.runs import MAX_RUN, Pace, run_of, runs
+from ..transport.runs import MAX_RUN, Pace, Task, run_of, runs
 from ..transport.threaded import check_prefetch, check_threads
 from ..transport.workers import end_with_parent
 from .counter import EpochCounter
@@ -57,17 +54,11 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH = 2
 """Batches loaded ahead in the main process: enough to hide loading behind a step (see bench_overlap)."""
-_SAMPLE_CHUNK = 64  # sample mode: items a worker reads and decodes at once
 Ids = npt.NDArray[np.int64]
 Flags = npt.NDArray[np.bool_]
 
 
-def _reading(run: int) -> int:
-    """Units read and decoded at once: whole runs of ``run``, about ``_SAMPLE_CHUNK`` of them."""
-    return run * max(1, _SAMPLE_CHUNK // run)
-
-
-class EpochDataset(IterableDataset[Any]):
+class EpochDataset(IterableDataset[Any], Observed):
     """An iterable dataset split exactly over DDP ranks and DataLoader workers, epoch by epoch.
 
     Subclasses set :attr:`plan` (the epoch's split: world, batch size, ``drop_last``) and give
@@ -121,6 +112,10 @@ class EpochDataset(IterableDataset[Any]):
         """The items of ``ids`` (ids of the epoch's plan), loaded but not finished: one batch
         (``batched``) or one item per id."""
         raise NotImplementedError
+
+    def load_batches(self, parts: list[tuple[Ids, Flags]], epoch: int) -> list[Any] | None:
+        """The batches of ``parts`` loaded at once, as :meth:`load` loads each; None: one by one."""
+        return None
 
     def finish(self, loaded: Any, epoch: int) -> Any:
         """A loaded item as the loop receives it (the transform runs here, in the loop's thread)."""
@@ -246,7 +241,7 @@ class EpochDataset(IterableDataset[Any]):
         plan = self._plan_for(epoch)
         if plan.batch_size is None and run is None:
             run = self._loader_run()
-        chunk = 1 if plan.batch_size else (run or _SAMPLE_CHUNK)
+        chunk = 1 if plan.batch_size else (run or SAMPLE_CHUNK)
         workers = WorkerSlice(info.num_workers, info.id, chunk) if info else WorkerSlice(1, 0, chunk)
         self._epoch_guard.starting(epoch, self._resume is not None and self._resume.epoch == epoch)
         progress, skip = resume_point(self._resume, epoch, workers)
@@ -295,7 +290,7 @@ class EpochDataset(IterableDataset[Any]):
         remaining = progress.remaining(plan.units_per_rank)
         size = plan.batch_size
         # Batch mode: the order of a block of batches (a run's most) at once: numpy costs per call.
-        for block in workers.items(remaining, skip, block=MAX_RUN if size else _reading(workers.chunk)):
+        for block in workers.items(remaining, skip, block=MAX_RUN if size else reading_chunk(workers.chunk)):
             units = progress.units(block)
             if size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
@@ -303,13 +298,21 @@ class EpochDataset(IterableDataset[Any]):
                 for run in runs(len(starts), pace):
                     for place in run:
                         schedule.reached(block[place])
-                    loads = [self._task(ids[at : at + size], padding[at : at + size], epoch, True, finish)
-                             for at in starts[run.start : run.stop]]  # fmt: skip
-                    yield run_of(loads, pace)
+                    yield self._run(ids, padding, starts[run.start : run.stop], size, epoch, finish, pace)
             else:
                 schedule.reached(block[0])
                 yield self._task(*plan.records(units, epoch), epoch, False, finish)
         schedule.finished()
+
+    def _run(
+        self, ids: Ids, padding: Flags, starts: range, size: int, epoch: int, finish: bool, pace: Pace | None
+    ) -> Task:
+        """A task loading the batches of ``size`` at ``starts``: at once where :meth:`load_batches`
+        can, else one by one (which raise or skip each error at its own batch)."""
+        parts = [(ids[at : at + size], padding[at : at + size]) for at in starts]
+        together = functools.partial(self.load_batches, parts, epoch) if len(parts) > 1 else None
+        loads = [self._task(*part, epoch, True, finish) for part in parts]
+        return run_of(loads, pace, together, functools.partial(self.finish, epoch=epoch) if finish else None)
 
     def _task(
         self, ids: Ids, padding: Flags, epoch: int, batched: bool, finish: bool
@@ -331,7 +334,7 @@ class EpochDataset(IterableDataset[Any]):
         workers = WorkerSlice(info.num_workers, info.id, run) if info else WorkerSlice(1, 0, run)
         rank_plans = [dataclasses.replace(plan, rank=rank) for rank in range(plan.world_size)]
         total = plan.world_size * plan.units_per_rank
-        for block in workers.items(total, 0, block=_reading(run)):
+        for block in workers.items(total, 0, block=reading_chunk(run)):
             owners, units = world_items(block, plan.units_per_rank, plan.world_size, run)
             if plan.batch_size:
                 for owner, unit in zip(owners.tolist(), units.tolist(), strict=True):
@@ -347,41 +350,6 @@ class EpochDataset(IterableDataset[Any]):
                 for item in self.load(ids, padding, epoch, False):
                     yield self.finish(item, epoch)
         self._epoch_guard.finished(epoch)
-
-    def stats(self, reset: bool = False) -> LoadStats:
-        """Is the training loop waiting on data, and if so, on which stage: a :class:`LoadStats`,
-        the same for every dataset (what a packing or bucketing did: ``pack_stats()``,
-        ``bucket_stats()``).
-
-        Counted all along at a small cost (``TORCH_TFRECORD_TELEMETRY=0`` turns it off), in
-        every process, DataLoader workers included; call it in the main process.
-
-        Args:
-            reset: start a new window after this one (the next call covers what comes after).
-
-        Example:
-            >>> stats = dataset.stats(reset=True)  # doctest: +SKIP
-            >>> print(stats)  # doctest: +SKIP
-            >>> stats.bottleneck, stats.wait_share  # doctest: +SKIP
-            ('image_decode', 0.61)
-        """
-        return self._telemetry.stats(reset)
-
-    def trace(self, path: str | os.PathLike[str]) -> AbstractContextManager[None]:
-        """Records each stage of loading in every process while inside the ``with`` block, then
-        writes them to ``path`` as Chrome / Perfetto trace JSON (ui.perfetto.dev, chrome://tracing).
-
-        Keeps the most recent 512 spans of the main process and of each of the first 16 workers;
-        workers start recording within 50 ms.
-
-        Example:
-            >>> with dataset.trace("load-trace.json"):  # doctest: +SKIP
-            ...     for _, batch in zip(range(50), loader): train(batch)
-
-        Raises:
-            ValueError: telemetry is off (``TORCH_TFRECORD_TELEMETRY=0``).
-        """
-        return self._telemetry.trace(path)
 
     def state_dict(self, consumed: int | None = None, *, gather: bool = False) -> dict[str, Any]:
         """Where this rank is in the current epoch, to resume from with :meth:`load_state_dict`.

@@ -23,6 +23,7 @@ from ...support.seeds import mix_seed
 from .permutation import permute, permute_windows
 
 __all__ = [
+    "SAMPLE_CHUNK",
     "EpochPlan",
     "Progress",
     "Ranges",
@@ -31,6 +32,7 @@ __all__ = [
     "block_size",
     "check_ranges",
     "merge_progress",
+    "reading_chunk",
     "rest_of_epoch",
 ]
 
@@ -84,6 +86,14 @@ class Progress:
         # j pushes j's unit one further.
         slots = np.asarray(self.done, dtype=np.int64) - self.start - np.arange(len(self.done))
         return j + self.start + np.searchsorted(slots, j, side="right")
+
+
+SAMPLE_CHUNK = 64  # sample mode: items a worker reads and decodes at once
+
+
+def reading_chunk(run: int) -> int:
+    """Units read and decoded at once in sample mode: whole runs of ``run``, about :data:`SAMPLE_CHUNK`."""
+    return run * max(1, SAMPLE_CHUNK // run)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,7 +56,7 @@ from .counters import (
 )
 from .stats import LoadStats, Span, summarize, write_chrome_trace
 
-__all__ = ["ENV_VAR", "Telemetry", "enabled", "telemetry_of", "watch_starting_loader"]
+__all__ = ["ENV_VAR", "Observed", "Telemetry", "enabled", "telemetry_of", "watch_starting_loader"]
 
 ENV_VAR = "TORCH_TFRECORD_TELEMETRY"
 T = TypeVar("T")
@@ -276,3 +276,44 @@ def _before_fork() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(before=_before_fork)
+
+
+class Observed:
+    """``stats()`` and ``trace()`` of a dataset whose loading its :class:`Telemetry` counts."""
+
+    _telemetry: Telemetry
+
+    def stats(self, reset: bool = False) -> LoadStats:
+        """Is the training loop waiting on data, and if so, on which stage: a :class:`LoadStats`,
+        the same for every dataset (what a packing or bucketing did: ``pack_stats()``,
+        ``bucket_stats()``).
+
+        Counted all along at a small cost (``TORCH_TFRECORD_TELEMETRY=0`` turns it off), in
+        every process, DataLoader workers included; call it in the main process.
+
+        Args:
+            reset: start a new window after this one (the next call covers what comes after).
+
+        Example:
+            >>> stats = dataset.stats(reset=True)  # doctest: +SKIP
+            >>> print(stats)  # doctest: +SKIP
+            >>> stats.bottleneck, stats.wait_share  # doctest: +SKIP
+            ('image_decode', 0.61)
+        """
+        return self._telemetry.stats(reset)
+
+    def trace(self, path: str | os.PathLike[str]) -> contextlib.AbstractContextManager[None]:
+        """Records each stage of loading in every process while inside the ``with`` block, then
+        writes them to ``path`` as Chrome / Perfetto trace JSON (ui.perfetto.dev, chrome://tracing).
+
+        Keeps the most recent 512 spans of the main process and of each of the first 16 workers;
+        workers start recording within 50 ms.
+
+        Example:
+            >>> with dataset.trace("load-trace.json"):  # doctest: +SKIP
+            ...     for _, batch in zip(range(50), loader): train(batch)
+
+        Raises:
+            ValueError: telemetry is off (``TORCH_TFRECORD_TELEMETRY=0``).
+        """
+        return self._telemetry.trace(path)

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-__all__ = ["MAX_RUN", "RUN_SECONDS", "Pace", "RaisedAfter", "ends", "run_of", "runs"]
+__all__ = ["MAX_RUN", "RUN_SECONDS", "Pace", "RaisedAfter", "Task", "ends", "run_of", "runs"]
 
 RUN_SECONDS = 0.002
 """The work one task aims at: wake-ups cost tens of microseconds, so about 2 ms keeps them small."""
@@ -93,8 +93,17 @@ def runs(count: int, pace: Pace | None) -> Iterator[range]:
         at = run.stop
 
 
-def run_of(tasks: Sequence[Task], pace: Pace | None) -> Task:
-    """One task loading what ``tasks`` load, in order, timed into ``pace`` (none: one task as it is)."""
+def run_of(
+    tasks: Sequence[Task],
+    pace: Pace | None,
+    together: Callable[[], list[Any] | None] | None = None,
+    finish: Callable[[Any], Any] | None = None,
+) -> Task:
+    """One task loading what ``tasks`` load, in order, timed into ``pace`` (none: one task as it is).
+
+    ``together``, where given, loads the same items at once (one read and decode for the run) but
+    for ``finish``, which then runs on each; where it gives None or fails, the tasks run one by
+    one, which raise (or skip) each error at its own item."""
     if pace is None:
         if len(tasks) != 1:
             raise ValueError("a run of several tasks is timed: give a pace")
@@ -103,6 +112,21 @@ def run_of(tasks: Sequence[Task], pace: Pace | None) -> Task:
     def loads() -> list[Any] | RaisedAfter:
         items: list[Any] = []
         cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            whole = together() if together is not None else None
+        except Exception:  # (the tasks one by one raise it at its place)
+            whole = None
+        if whole is not None:
+            for done, item in enumerate(whole):
+                try:
+                    items.append(item if finish is None else finish(item))
+                except BaseException as error:
+                    pace.took(time.thread_time() - cpu, time.perf_counter() - wall, done + 1)
+                    if not items:
+                        raise
+                    return RaisedAfter(items, error)
+            pace.took(time.thread_time() - cpu, time.perf_counter() - wall, len(whole))
+            return items
         for done, task in enumerate(tasks):
             try:
                 items += task()
