@@ -854,7 +854,8 @@ def test_dataset_batches_are_read_and_decoded_natively(
         monkeypatch.setenv(native.ENV_VAR, decoder)
         dataset = tt.TFRecordDataset(paths, spec=spec, batch_size=5, shuffle="global", seed=3)
         batches[decoder] = list(dataset)
-    assert calls == [5] * 4  # 24 records, drop_last: every batch went through the extension
+    # 24 records, drop_last: every batch went through the extension (alone, or in a run of them)
+    assert sum(calls) == 20 and all(count % 5 == 0 for count in calls), calls
     assert same(batches["native"], batches["python"])
     ids = torch.cat([b["id"] for b in batches["native"]]).tolist()
     assert len(set(ids)) == 20 and all(
