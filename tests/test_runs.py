@@ -173,7 +173,7 @@ def test_a_run_of_small_batches_is_decoded_at_once_each_batch_in_its_own_memory(
 
     # Columns of each kind: a scalar and a 2-D tensor (a default), a Ragged list, bytes rows.
     pair, tag = tt.FixedLen((2,), torch.float32, default=[0.5, 1.5]), tt.FixedLen((), bytes, default=b"t")
-    spec = {**SPEC, "pair": pair, "tag": tag}
+    spec = {**SPEC, "pair": pair, "tag": tag, "half": tt.FixedLen((), torch.bfloat16, default=0.5)}
     expected = list(tt.TFRecordDataset(paths, spec=spec, batch_size=4, seed=3, prefetch=0, transform=doubled))
     for mode in ({"prefetch": 3}, {"threads": 2, "transform_threads": True}):
         together.clear()
@@ -182,7 +182,7 @@ def test_a_run_of_small_batches_is_decoded_at_once_each_batch_in_its_own_memory(
         assert len(found) == len(expected)
         for one, run in zip(expected, found, strict=True):
             assert one.keys() == run.keys()
-            for key in ("id", "pair", "twice", "_record_id", "_padding"):
+            for key in ("id", "pair", "half", "twice", "_record_id", "_padding"):
                 assert torch.equal(one[key], run[key]), key
                 assert run[key].untyped_storage().nbytes() == run[key].numel() * run[key].element_size()
             assert one["x"].tolist() == run["x"].tolist()

@@ -141,7 +141,11 @@ class BatchDecoder:
             return None
         # Tensors cut as NumPy arrays: a copy there keeps the GIL, where each torch call lets it
         # go (and, with loading threads, hands it to another thread and waits to get it back).
-        arrays = {key: column.numpy() for key, column in columns.items() if type(column) is torch.Tensor}
+        arrays = {
+            key: column.numpy()
+            for key, column in columns.items()
+            if type(column) is torch.Tensor and column.dtype is not torch.bfloat16  # (NumPy has none)
+        }
         made: list[dict[str, Any]] = []
         at = 0
         for ids, padding in parts:
@@ -150,7 +154,7 @@ class BatchDecoder:
             for key, column in columns.items():
                 if key in arrays:
                     batch[key] = torch.from_numpy(arrays[key][at:stop].copy())
-                elif isinstance(column, Ragged):
+                elif isinstance(column, torch.Tensor | Ragged):
                     batch[key] = _owned(column[at:stop])
                 elif type(column) is list:
                     batch[key] = RowList(column[at:stop])
