@@ -19,6 +19,7 @@ receives them (a state never includes a batch made ahead).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -116,29 +117,23 @@ def run_of(
             whole = together() if together is not None else None
         except Exception:  # (the tasks one by one raise it at its place)
             whole = None
-        if whole is not None:
-            for done, item in enumerate(whole):
-                try:
-                    items.append(item if finish is None else finish(item))
-                except BaseException as error:
-                    pace.took(time.thread_time() - cpu, time.perf_counter() - wall, done + 1)
-                    if not items:
-                        raise
-                    return RaisedAfter(items, error)
-            pace.took(time.thread_time() - cpu, time.perf_counter() - wall, len(whole))
-            return items
-        for done, task in enumerate(tasks):
+        steps = tasks if whole is None else [functools.partial(_finished, item, finish) for item in whole]
+        for done, step in enumerate(steps):
             try:
-                items += task()
+                items += step()
             except BaseException as error:  # the items before it first, then the error
                 pace.took(time.thread_time() - cpu, time.perf_counter() - wall, done + 1)
                 if not items:
                     raise
                 return RaisedAfter(items, error)
-        pace.took(time.thread_time() - cpu, time.perf_counter() - wall, len(tasks))
+        pace.took(time.thread_time() - cpu, time.perf_counter() - wall, len(steps))
         return items
 
     return loads  # type: ignore[return-value]
+
+
+def _finished(item: Any, finish: Callable[[Any], Any] | None) -> list[Any]:
+    return [item if finish is None else finish(item)]
 
 
 class RaisedAfter:
