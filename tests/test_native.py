@@ -398,6 +398,17 @@ def test_missing_required_feature_fails_alike() -> None:
     assert_agree([record], {"seq": FixedLenSequence((2,), torch.float32)})
 
 
+def test_a_default_bytes_list_is_a_list_of_its_own_in_each_row() -> None:
+    """Rows filled from a bytes feature's default are separate lists, as protobuf's decoder makes
+    them (one list shared by every missing row let a transform's edit of one row change the
+    others, and with runs of batches decoded at once, rows of other batches)."""
+    spec = {"id": FixedLen((), torch.int64), "tags": FixedLen((2,), bytes, default=[b"a", b"b"])}
+    records = [tt.encode_example({"id": i}) for i in range(3)]
+    for decoder in ("native", "python"):
+        rows = decode_with(decoder, lambda: tt.decode_batch(records, spec))["tags"]
+        assert rows == [[b"a", b"b"]] * 3 and len({id(row) for row in rows}) == 3, decoder
+
+
 def test_errors_are_the_reference_errors_word_for_word() -> None:
     records = [good_record(2), tt.encode_example({"pair": [1]})]
     messages = []

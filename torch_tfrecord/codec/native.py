@@ -280,7 +280,9 @@ class _Assembler:
         if (counts[present] != numel).any():
             raise Rejected(_code("DECODE_COUNT"), int(np.flatnonzero(present & (counts != numel))[0]))
         default = list(spec.default_values() or ())
-        return byte_rows(where, [row if present[i] else default for i, row in enumerate(listed)], scalar)
+        # (a list of its own in each row, as protobuf's decoder gives: rows are mutable)
+        rows = [row if present[i] else default.copy() for i, row in enumerate(listed)]
+        return byte_rows(where, rows, scalar)
 
     def sequence(self, key: str, spec: FixedLenSequence | VarLen, column: tuple[bytes, Any, Any, Any]) -> Any:
         """A feature list: per record its steps (rows count steps; steps end at value offsets)."""
