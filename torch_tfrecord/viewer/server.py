@@ -73,6 +73,22 @@ _OWN_SITE = frozenset(["same-origin", "none"])
 _MAX_PARAMETER = 4096  # characters of a parameter's value
 
 
+class _Slot:
+    """One connection's place among :data:`MAX_CONNECTIONS`, given back at most once."""
+
+    __slots__ = ("_lock", "_semaphore")
+
+    def __init__(self, semaphore: threading.BoundedSemaphore) -> None:
+        self._semaphore: threading.BoundedSemaphore | None = semaphore
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            semaphore, self._semaphore = self._semaphore, None
+        if semaphore is not None:
+            semaphore.release()
+
+
 class ViewerServer(http.server.ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its catalog and its token (None: none needed)."""
 
@@ -98,6 +114,7 @@ class ViewerServer(http.server.ThreadingHTTPServer):
             self._catalog_ready.set()
         self._activity = threading.Condition()
         self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._slots: dict[int, _Slot] = {}  # each open connection's place, by its socket's id
         self.heavy = threading.BoundedSemaphore(HEAVY_AT_ONCE)
         self._in_flight = 0
         self._first: float | None = None  # when the first request came
@@ -109,17 +126,24 @@ class ViewerServer(http.server.ThreadingHTTPServer):
             logger.debug("closing a connection from %s: %d open already", client_address, MAX_CONNECTIONS)
             self.shutdown_request(request)
             return
+        # The connection's place is given back once: by its thread, or here if no thread ran it.
+        # (Ctrl-C can land inside Thread.start() after the thread began: released by both, the
+        # semaphore's ValueError replaced the KeyboardInterrupt, the server logged it and served on.)
+        slot = self._slots[id(request)] = _Slot(self._connections)
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._connections.release()
+            self._slots.pop(id(request), None)
+            slot.release()
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        slot = self._slots.pop(id(request), None)
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._connections.release()
+            if slot is not None:
+                slot.release()
 
     def _make_catalog(self, make: Callable[[], Catalog]) -> None:
         try:
