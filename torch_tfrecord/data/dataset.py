@@ -34,7 +34,6 @@ __all__ = ["TFRecordDataset"]
 
 logger = logging.getLogger(__name__)
 
-
 class TFRecordDataset(EpochDataset):
     """TFRecord shards as an iterable dataset, split exactly over DDP ranks and DataLoader workers.
 
