@@ -188,6 +188,16 @@ def test_a_run_of_small_batches_is_decoded_at_once_each_batch_in_its_own_memory(
             assert one["x"].tolist() == run["x"].tolist()
             assert type(run["tag"]) is type(one["tag"]) and list(run["tag"]) == list(one["tag"]) == [b"t"] * 4
             assert run["x"].values.untyped_storage().nbytes() == run["x"].values.numel() * 4
+    # The loading process (its threads run the same runs) and DataLoader workers (one by one): the same.
+    common: dict[str, Any] = {"spec": spec, "batch_size": 4, "seed": 3, "transform": doubled}
+    given = tt.TFRecordDataset(paths, threads=2, process=True, **common)
+    spread = DataLoader(tt.TFRecordDataset(paths, **common), batch_size=None, num_workers=2)
+    for found in (list(given), list(spread)):
+        assert len(found) == len(expected)
+        for one, run in zip(expected, found, strict=True):
+            for key in ("id", "pair", "half", "twice", "_record_id", "_padding"):
+                assert torch.equal(one[key], run[key]), key
+            assert one["x"].tolist() == run["x"].tolist() and list(run["tag"]) == list(one["tag"])
 
 
 def test_a_damaged_record_in_a_run_is_named_or_skipped_as_one_by_one(
