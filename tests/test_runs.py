@@ -229,3 +229,26 @@ def test_a_damaged_record_in_a_run_is_named_or_skipped_as_one_by_one(
         return [batch["_record_id"].tolist() for batch in dataset]
 
     assert skipping(3) == skipping(0)
+
+
+def test_a_run_that_fails_at_once_says_so_and_goes_batch_by_batch(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An unexpected error of a run's one-call load is not silent: logged, and the run's batches are
+    loaded one by one (the same batches)."""
+    paths = id_shards([200, 150, 90])
+    monkeypatch.setattr(runs_module, "RUN_SECONDS", 1.0)
+    def ids(prefetch: int) -> list[list[int]]:
+        dataset = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, prefetch=prefetch)
+        return [batch["_record_id"].tolist() for batch in dataset]
+
+    expected = ids(0)
+
+    def broken(self: Any, parts: Any, epoch: int) -> Any:
+        raise RuntimeError("broken at once")
+
+    monkeypatch.setattr(tt.TFRecordDataset, "load_batches", broken)
+    with caplog.at_level("WARNING", logger=runs_module.__name__):
+        found = ids(3)
+    assert found == expected
+    assert any("broken at once" in record.getMessage() for record in caplog.records)

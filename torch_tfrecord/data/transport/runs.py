@@ -20,11 +20,14 @@ receives them (a state never includes a batch made ahead).
 from __future__ import annotations
 
 import functools
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 __all__ = ["MAX_RUN", "RUN_SECONDS", "Pace", "RaisedAfter", "Task", "ends", "run_of", "runs"]
+
+logger = logging.getLogger(__name__)
 
 RUN_SECONDS = 0.002
 """The work one task aims at: wake-ups cost tens of microseconds, so about 2 ms keeps them small."""
@@ -115,7 +118,8 @@ def run_of(
         cpu, wall = time.thread_time(), time.perf_counter()
         try:
             whole = together() if together is not None else None
-        except Exception:  # (the tasks one by one raise it at its place)
+        except Exception as error:  # the tasks one by one raise it at its place (or load them)
+            logger.warning("a run of %d batches not loaded at once (%r): batch by batch", len(tasks), error)
             whole = None
         steps = tasks if whole is None else [functools.partial(_finished, item, finish) for item in whole]
         for done, step in enumerate(steps):
