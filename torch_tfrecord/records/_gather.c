@@ -192,10 +192,15 @@ static void on_bus(int sig, siginfo_t *info, void *context) {
     raise(sig);
 }
 
-static int bus_guard(void) {
+/* Whether on_bus is SIGBUS's handler now (asked without the GIL: it changes nothing). */
+static int bus_guarded(void) {
     struct sigaction current;
-    if (sigaction(SIGBUS, NULL, &current) < 0) return 0;
-    if ((current.sa_flags & SA_SIGINFO) && current.sa_sigaction == on_bus) return 1;
+    return sigaction(SIGBUS, NULL, &current) == 0 && (current.sa_flags & SA_SIGINFO) &&
+           current.sa_sigaction == on_bus;
+}
+
+static int bus_guard(void) {
+    if (bus_guarded()) return 1;
     struct sigaction mine;
     memset(&mine, 0, sizeof(mine));
     mine.sa_sigaction = on_bus;
@@ -314,6 +319,87 @@ static int copy_guarded(const Region *regions, Py_ssize_t n, const int64_t *fd, 
     return failed;
 }
 
+/* What gather reads of one shard of the batch: taken from the Python objects with the GIL, used
+ * without it. */
+typedef struct {
+    const int64_t *table; /* (offset, framed size) of each of the shard's records */
+    const char *map;      /* the file's mapping, or NULL */
+    int64_t limit;        /* no record may end past this: the file's size, its mapping's, its size now */
+} ShardView;
+
+/* The batch's records in id order (file order), each region's shard and its record's place in
+ * the shard (in `offset`, until locate_regions), and the shards read, each once, in that order.
+ * Without the GIL. 0: an id is out of range. */
+static int order_regions(const int64_t *id, Py_ssize_t n, const int64_t *bound, Py_ssize_t nshards, IdPlace *keys,
+                         Region *regions, Py_ssize_t *used, Py_ssize_t *nused) {
+    int sorted = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (id[i] < 0 || id[i] >= bound[nshards]) return 0;
+        if (i && id[i] < id[i - 1]) sorted = 0;
+        keys[i] = (IdPlace){id[i], i};
+    }
+    /* (id, place) pairs sorted in place of qsort over the 40-byte regions through a comparison
+     * callback, which took ~14 us of a shuffled batch of 256 */
+    if (!sorted) sort_id_places(keys, n);
+    Py_ssize_t shard = -1, m = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t record = keys[k].id;
+        if (shard < 0 || record >= bound[shard + 1]) {
+            Py_ssize_t lo = shard < 0 ? 0 : shard, hi = nshards - 1; /* last shard starting <= record */
+            while (lo < hi) {
+                Py_ssize_t mid = lo + (hi - lo + 1) / 2;
+                if (bound[mid] <= record) lo = mid;
+                else hi = mid - 1;
+            }
+            shard = lo;
+            used[m++] = shard;
+        }
+        regions[k] = (Region){record - bound[shard], 0, shard, keys[k].place, NULL};
+    }
+    *nused = m;
+    return 1;
+}
+
+/* Each region's file offset, framed size and mapping, from its shard's view (order_regions'
+ * order); the bytes of the preads' layout (gaps of at most `gap` read through), the records' own
+ * bytes, and the number of runs. Without the GIL. 0: a record lies past its file's limit. */
+static int locate_regions(Region *regions, Py_ssize_t n, const ShardView *views, int64_t gap, int64_t *total,
+                          int64_t *needed, Py_ssize_t *runs) {
+    const ShardView *view = views - 1;
+    *total = *needed = 0;
+    *runs = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        if (!k || regions[k].shard != regions[k - 1].shard) view++;
+        const int64_t *entry = view->table + 2 * regions[k].offset;
+        if (entry[0] < 0 || entry[1] < 0 || entry[1] > view->limit || entry[0] > view->limit - entry[1]) return 0;
+        regions[k].offset = entry[0];
+        regions[k].size = entry[1];
+        regions[k].map = view->map;
+        *total += entry[1];
+        *needed += entry[1];
+        if (k && near(&regions[k - 1], &regions[k], gap)) *total += entry[0] - regions[k - 1].offset - regions[k - 1].size;
+        else ++*runs;
+    }
+    return 1;
+}
+
+/* Each record's place in `out` when every record is copied from a mapping, in batch order (the
+ * decoder then walks the buffer front to back, ~1/4 faster on a shuffled batch than in file
+ * order's layout); returns the bytes used. */
+static int64_t batch_order(const Region *regions, Py_ssize_t n, int64_t *dest) {
+    for (Py_ssize_t k = 0; k < n; k++) dest[regions[k].place] = regions[k].size;
+    int64_t at = 0;
+    for (Py_ssize_t p = 0; p < n; p++) {
+        int64_t record = dest[p];
+        dest[p] = at;
+        at += record;
+    }
+    return at;
+}
+
+/* The batch read in two stretches without the GIL (ordering the ids; locating and copying the
+ * records) around a short one with it (the shards' tables and mappings): loading threads read
+ * their batches at the same time, and a batch of small records is mostly ordering. */
 static PyObject *py_gather(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *ids_obj, *starts_obj, *tables, *fds_obj, *sizes_obj, *maps, *out_obj, *starts_out_obj, *sizes_out_obj;
@@ -322,10 +408,12 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
                           &out_obj, &starts_out_obj, &sizes_out_obj, &gap))
         return NULL;
     Py_buffer ids = {0}, bounds = {0}, fds = {0}, file_sizes = {0}, out = {0}, starts_out = {0}, sizes_out = {0};
-    Py_buffer table = {0};
-    Py_buffer *mapped = NULL; /* the mappings of the shards this batch reads, held until the end */
-    Py_ssize_t nmapped = 0;
+    Py_buffer *held = NULL; /* the tables, then the mappings, of the shards this batch reads */
+    Py_ssize_t nheld = 0;
     Region *regions = NULL;
+    IdPlace *keys = NULL;
+    Py_ssize_t *used = NULL; /* the shards read, in order */
+    ShardView *views = NULL;
     int64_t *dest = NULL; /* each record's place in `out` when all are copied from mappings */
     PyObject *result = NULL;
     GatherStatus status = GATHER_DONE;
@@ -347,141 +435,98 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
         goto done;
     }
     const int64_t *id = ids.buf, *bound = bounds.buf, *fd = fds.buf, *file_size = file_sizes.buf;
-    regions = malloc((n ? (size_t)n : 1) * sizeof(Region));
-    mapped = calloc(n ? (size_t)n : 1, sizeof(Py_buffer));
-    if (!regions || !mapped) {
+    size_t count = n ? (size_t)n : 1;
+    regions = malloc(count * sizeof(Region));
+    keys = malloc(count * sizeof(IdPlace));
+    used = malloc(count * sizeof(Py_ssize_t));
+    views = malloc(count * sizeof(ShardView));
+    held = calloc(2 * count, sizeof(Py_buffer));
+    dest = malloc(count * sizeof(int64_t));
+    if (!regions || !keys || !used || !views || !held || !dest) {
         PyErr_NoMemory();
         goto done;
     }
-    int sorted = 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (id[i] < 0 || id[i] >= bound[nshards]) {
-            status = GATHER_BAD_ID;
-            goto answer;
-        }
-        regions[i].shard = id[i];
-        regions[i].place = i;
-        if (i && id[i] < id[i - 1]) sorted = 0;
-    }
-    if (!sorted) {
-        /* (id, place) pairs sorted in place of qsort over the 40-byte regions through a
-         * comparison callback, which took ~14 us of a shuffled batch of 256 */
-        IdPlace *keys = malloc((size_t)n * sizeof(IdPlace));
-        if (!keys) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        for (Py_ssize_t i = 0; i < n; i++) keys[i] = (IdPlace){id[i], i};
-        sort_id_places(keys, n);
-        for (Py_ssize_t i = 0; i < n; i++) {
-            regions[i].shard = keys[i].id;
-            regions[i].place = keys[i].place;
-        }
-        free(keys);
-    }
-    /* ids -> (shard, offset, size), in id order: the shard only moves forward */
-    Py_ssize_t shard = -1;
-    int64_t total = 0, limit = 0; /* total: the bytes of the preads' layout, more than copies take */
-    int64_t needed = 0;           /* the records' own bytes */
-    Py_ssize_t runs = 0;
-    const char *map = NULL;
-    int any_mapped = 0;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        int64_t record = regions[k].shard;
-        if (shard < 0 || record >= bound[shard + 1]) {
-            Py_ssize_t lo = shard < 0 ? 0 : shard, hi = nshards - 1; /* last shard starting <= record */
-            while (lo < hi) {
-                Py_ssize_t mid = lo + (hi - lo + 1) / 2;
-                if (bound[mid] <= record) lo = mid;
-                else hi = mid - 1;
-            }
-            shard = lo;
-            if (fd[shard] < 0) {
-                status = GATHER_OPEN;
-                value = shard;
-                goto answer;
-            }
-            if (table.obj) PyBuffer_Release(&table);
-            if (!get_int64_array(PyList_GET_ITEM(tables, shard), &table, "tables[i]")) goto done;
-            if (table.len / 16 != bound[shard + 1] - bound[shard]) {
-                PyErr_SetString(PyExc_ValueError, "gather: an index table does not match its shard's count");
-                goto done;
-            }
-            map = NULL;
-            limit = file_size[shard];
-            PyObject *mapping = PyList_GET_ITEM(maps, shard);
-            if (mapping != Py_None) {
-                if (PyObject_GetBuffer(mapping, &mapped[nmapped], PyBUF_SIMPLE) < 0) goto done;
-                map = mapped[nmapped].buf;
-                if (mapped[nmapped].len < limit) limit = mapped[nmapped].len;
-                nmapped++;
-                any_mapped = 1;
-                /* A file cut shorter: its last page still maps, zeros past the end (no SIGBUS
-                 * there), so the records past its size now are refused, as a pread would. */
-                struct stat now;
-                if (fstat((int)fd[shard], &now) == 0 && now.st_size < limit) limit = now.st_size;
-            }
-        }
-        const int64_t *entry = (const int64_t *)table.buf + 2 * (record - bound[shard]);
-        if (entry[0] < 0 || entry[1] < 0 || entry[1] > limit || entry[0] > limit - entry[1]) {
-            status = GATHER_FAILED;
-            goto answer;
-        }
-        regions[k].offset = entry[0];
-        regions[k].size = entry[1];
-        regions[k].shard = shard;
-        regions[k].map = map;
-        total += entry[1];
-        needed += entry[1];
-        if (k && near(&regions[k - 1], &regions[k], gap)) total += entry[0] - regions[k - 1].offset - regions[k - 1].size;
-        else runs++;
-    }
-    if (total > out.len) {
-        status = GATHER_GROW;
-        value = total;
+    Py_ssize_t nused = 0;
+    int ordered;
+    Py_BEGIN_ALLOW_THREADS
+    ordered = order_regions(id, n, bound, nshards, keys, regions, used, &nused);
+    Py_END_ALLOW_THREADS
+    if (!ordered) {
+        status = GATHER_BAD_ID;
         goto answer;
     }
-    /* A few runs of nothing but records (file order): a pread each, as cheap, and no page of
-     * the files mapped here. Many runs, or runs through bytes between the records (a shuffled
-     * batch, a selection's): copies from the mappings, which take only the records (reading
-     * through gaps of a tenth of the bytes was already slower). Without a SIGBUS handler: preads. */
-    if (any_mapped && ((runs <= MAPPED_MIN_RUNS && total == needed) || !bus_guard())) {
-        for (Py_ssize_t k = 0; k < n; k++) regions[k].map = NULL;
-        any_mapped = 0;
-    }
-    /* Every record copied from a mapping: laid out in batch order (the decoder then walks the
-     * buffer front to back, ~1/4 faster on a shuffled batch than in file order's layout). */
-    int all_mapped = any_mapped;
-    for (Py_ssize_t k = 0; k < n && all_mapped; k++) all_mapped = regions[k].map != NULL;
-    if (all_mapped) {
-        dest = malloc((n ? (size_t)n : 1) * sizeof(int64_t));
-        if (!dest) {
-            PyErr_NoMemory();
+    int any_mapped = 0;
+    for (Py_ssize_t j = 0; j < nused; j++) {
+        Py_ssize_t shard = used[j];
+        if (fd[shard] < 0) {
+            status = GATHER_OPEN;
+            value = shard;
+            goto answer;
+        }
+        Py_buffer *table = &held[nheld];
+        if (!get_int64_array(PyList_GET_ITEM(tables, shard), table, "tables[i]")) goto done;
+        nheld++;
+        if (table->len / 16 != bound[shard + 1] - bound[shard]) {
+            PyErr_SetString(PyExc_ValueError, "gather: an index table does not match its shard's count");
             goto done;
         }
-        for (Py_ssize_t k = 0; k < n; k++) dest[regions[k].place] = regions[k].size;
-        int64_t at = 0;
-        for (Py_ssize_t p = 0; p < n; p++) {
-            int64_t record = dest[p];
-            dest[p] = at;
-            at += record;
+        views[j] = (ShardView){table->buf, NULL, file_size[shard]};
+        PyObject *mapping = PyList_GET_ITEM(maps, shard);
+        if (mapping != Py_None) {
+            Py_buffer *map = &held[nheld];
+            if (PyObject_GetBuffer(mapping, map, PyBUF_SIMPLE) < 0) goto done;
+            nheld++;
+            views[j].map = map->buf;
+            if (map->len < views[j].limit) views[j].limit = map->len;
+            any_mapped = 1;
+            /* A file cut shorter: its last page still maps, zeros past the end (no SIGBUS
+             * there), so the records past its size now are refused, as a pread would. */
+            struct stat now;
+            if (fstat((int)fd[shard], &now) == 0 && now.st_size < views[j].limit) views[j].limit = now.st_size;
         }
-        total = at; /* needed <= the pread layout's total, which out holds */
     }
-    int failed;
+    int64_t total = 0, needed = 0; /* total: the bytes of the preads' layout, more than copies take */
+    Py_ssize_t runs = 0;
+    int failed = 0, grow = 0;
     Py_BEGIN_ALLOW_THREADS
-    failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap, dest);
+    if (!locate_regions(regions, n, views, gap, &total, &needed, &runs)) failed = 1;
+    else if (total > out.len) grow = 1;
+    else {
+        /* A few runs of nothing but records (file order): a pread each, as cheap, and no page
+         * of the files mapped here. Many runs, or runs through bytes between the records (a
+         * shuffled batch, a selection's): copies from the mappings, which take only the records
+         * (reading through gaps of a tenth of the bytes was already slower). Without a SIGBUS
+         * handler: preads. */
+        int mapped = any_mapped && !(runs <= MAPPED_MIN_RUNS && total == needed);
+        if (mapped && !bus_guarded()) { /* installed with the GIL (see bus_guard) */
+            Py_BLOCK_THREADS
+            mapped = bus_guard();
+            Py_UNBLOCK_THREADS
+        }
+        if (any_mapped && !mapped) {
+            for (Py_ssize_t k = 0; k < n; k++) regions[k].map = NULL;
+            any_mapped = 0;
+        }
+        int all_mapped = any_mapped;
+        for (Py_ssize_t k = 0; k < n && all_mapped; k++) all_mapped = regions[k].map != NULL;
+        if (all_mapped) total = batch_order(regions, n, dest); /* needed <= total, which out holds */
+        failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap,
+                              all_mapped ? dest : NULL);
+    }
     Py_END_ALLOW_THREADS
-    status = failed ? GATHER_FAILED : GATHER_DONE;
+    status = failed ? GATHER_FAILED : grow ? GATHER_GROW : GATHER_DONE;
     value = failed ? 0 : total;
 answer:
     result = Py_BuildValue("(iL)", status, (long long)value);
 done:
     free(regions);
+    free(keys);
+    free(used);
+    free(views);
     free(dest);
-    for (Py_ssize_t m = 0; m < nmapped; m++) PyBuffer_Release(&mapped[m]);
-    free(mapped);
-    release_views((Py_buffer *[]){&ids, &bounds, &fds, &file_sizes, &out, &starts_out, &sizes_out, &table}, 8);
+    for (Py_ssize_t h = 0; h < nheld; h++) PyBuffer_Release(&held[h]);
+    free(held);
+    release_views((Py_buffer *[]){&ids, &bounds, &fds, &file_sizes, &out, &starts_out, &sizes_out}, 7);
     return result;
 }
 
