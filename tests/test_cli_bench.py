@@ -68,14 +68,24 @@ def test_bench_with_loading_threads_and_the_comparison_of_loaders(
     assert main(["bench", shards, "--seconds", "0.3", "--batch-size", "64", "--threads", "2"]) == 0
     out = capsys.readouterr().out
     assert "records/s" in out and "0 workers" in out and "handoff" not in out
-    argv = ["bench", shards, "--seconds", "0.3", "--batch-size", "64", "--compare", "--threads", "2"]
-    assert main(argv) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    rows = {line.split("  ")[0]: float(line.split()[-2].replace(",", "")) for line in lines[1:4]}
-    assert list(rows) == ["main process alone (threads=0)", "threads=2", "DataLoader(num_workers=2)"]
-    assert all(rate > 0 for rate in rows.values())
-    fastest = max(rows, key=rows.__getitem__)
-    assert lines[-1].startswith(f"fastest here: {fastest}: ")
+    compare = ["bench", shards, "--seconds", "0.3", "--batch-size", "64", "--compare", "--threads", "2"]
+    for step in ([], ["--step-ms", "2"]):
+        argv = [*compare, *step]
+        assert main(argv) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert lines[0].startswith("loader (a 2 ms training step)" if step else "loader (no training step)")
+        rows = {line.split("  ")[0]: float(line.split()[-2].replace(",", "")) for line in lines[1:5]}
+        assert list(rows) == [
+            "main process alone (threads=0)",
+            "threads=2",
+            "threads=2, process=True",
+            "DataLoader(num_workers=2)",
+        ]
+        assert all(rate > 0 for rate in rows.values())
+        fastest = max(rows, key=rows.__getitem__)
+        assert lines[-1].startswith(f"fastest here: {fastest}: ")
+        if step:  # 2 ms a batch of 64 records: at most 32,000 records/s, whichever loads
+            assert all(rate < 32_000 for rate in rows.values()), rows
 
 
 def test_bench_refuses_nonsense(shards: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -83,6 +93,8 @@ def test_bench_refuses_nonsense(shards: str, capsys: pytest.CaptureFixture[str])
     assert "--workers" in capsys.readouterr().err
     assert main(["bench", shards, "--threads", "-1"]) == 2
     assert "--threads" in capsys.readouterr().err
+    assert main(["bench", shards, "--step-ms", "-1"]) == 2
+    assert "--step-ms" in capsys.readouterr().err
     assert main(["bench", shards, "--threads", "2", "--workers", "2"]) == 2
     assert "--workers 0" in capsys.readouterr().err
     assert main(["bench", shards, "--spec", "[1, 2]"]) == 2

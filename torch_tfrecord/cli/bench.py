@@ -1,7 +1,7 @@
 """``torch-tfrecord bench SOURCES``: the dataset alone, as fast as it loads, for a few seconds; then
 the table of ``dataset.stats()``: what to run before blaming the loader (or the model). With
-``--compare``: the main process alone, its loading threads and DataLoader workers on the same data,
-and which to use."""
+``--compare``: the main process alone, its loading threads, one loading process and DataLoader
+workers on the same data, and which to use (``--step-ms``: with a training step that holds the GIL)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ _EXAMPLES = (
     "torch-tfrecord bench 'data/train-*.tfrecord' --workers 4 --batch-size 256\n"
     "torch-tfrecord bench 'data/train-*.tfrecord' --threads 4\n"
     "torch-tfrecord bench 'data/train-*.tfrecord' --compare\n"
+    "torch-tfrecord bench 'data/train-*.tfrecord' --compare --step-ms 5\n"
     'torch-tfrecord bench data/ --spec \'{"label": "int"}\' --trace load.json'
 )
 
@@ -40,8 +41,16 @@ def add_bench_command(commands: Any) -> list[argparse.ArgumentParser]:
     bench.add_argument(
         "--compare",
         action="store_true",
-        help="load with the main process alone, with N loading threads and with N DataLoader workers "
-        "(N: --threads, else the cores this process may use), --seconds each, and say which is fastest",
+        help="load with the main process alone, with N loading threads, with N loading threads in one "
+        "loading process and with N DataLoader workers (N: --threads, else the cores this process may "
+        "use), --seconds each, and say which is fastest",
+    )
+    bench.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="a training step of this many milliseconds after each batch, holding the GIL as a "
+        "Python-heavy step does (default: 0, no step)",
     )
     bench.add_argument("--batch-size", type=int, default=256, help="records per batch (default: 256)")
     bench.add_argument(
@@ -86,14 +95,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from ..data.dataset import TFRecordDataset
     from ..data.order.plan import Shuffle
 
-    if args.workers < 0 or args.threads < 0 or args.batch_size < 1 or args.seconds <= 0:
-        raise ValueError("--workers and --threads must be >= 0, --batch-size >= 1 and --seconds > 0")
+    if args.workers < 0 or args.threads < 0 or args.batch_size < 1 or args.seconds <= 0 or args.step_ms < 0:
+        raise ValueError(
+            "--workers, --threads and --step-ms must be >= 0, --batch-size >= 1 and --seconds > 0"
+        )
     if args.workers and args.threads:
         raise ValueError("--threads are the main process's loading threads: give --workers 0 with them")
     torch.set_num_threads(1)
     shuffle: Shuffle = False if args.shuffle.lower() in ("false", "no", "none") else args.shuffle
 
-    def make(threads: int) -> TFRecordDataset:
+    def make(threads: int, process: bool = False) -> TFRecordDataset:
         return TFRecordDataset(
             args.sources if len(args.sources) > 1 else args.sources[0],
             batch_size=args.batch_size,
@@ -101,23 +112,25 @@ def cmd_bench(args: argparse.Namespace) -> int:
             drop_last=False,
             storage_options=storage_options(args),
             threads=threads,
+            process=process,
             **_spec(args.spec),
         )
 
     if args.compare:
-        return _compare(make, args.threads or _cores(), args.seconds)
+        return _compare(make, args.threads or _cores(), args.seconds, args.step_ms)
     dataset = make(args.threads)
     loader = DataLoader(dataset, batch_size=None, num_workers=args.workers)
     with dataset.trace(args.trace) if args.trace else contextlib.nullcontext():
-        _load(dataset, loader, args.seconds)
+        _load(dataset, loader, args.seconds, args.step_ms)
         print(dataset.stats())
     if args.trace:
         print(f"trace: {args.trace} (open it in https://ui.perfetto.dev)")
     return 0
 
 
-def _load(dataset: Any, loader: Any, seconds: float) -> int:
-    """Epoch after epoch of ``loader`` for ``seconds``; the records loaded."""
+def _load(dataset: Any, loader: Any, seconds: float, step_ms: float = 0.0) -> int:
+    """Epoch after epoch of ``loader`` for ``seconds``, each batch followed by a step of
+    ``step_ms`` holding the GIL; the records loaded."""
     deadline = time.monotonic() + seconds
     epoch, batches, records = 0, 1, 0
     while batches and time.monotonic() < deadline:  # (an empty dataset: one pass)
@@ -125,6 +138,10 @@ def _load(dataset: Any, loader: Any, seconds: float) -> int:
         batches = 0
         for batches, batch in enumerate(loader, 1):  # noqa: B007 - (the count is read after the loop)
             records += len(batch["_record_id"])
+            if step_ms:  # a Python-heavy training step: the GIL held but for the switch interval
+                until = time.perf_counter() + step_ms / 1000
+                while time.perf_counter() < until:
+                    pass
             if time.monotonic() >= deadline:
                 break
         epoch += 1
@@ -136,36 +153,46 @@ def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _compare(make: Any, count: int, seconds: float) -> int:
-    """Records/s of the main process alone, of ``count`` loading threads and of ``count`` workers."""
+def _compare(make: Any, count: int, seconds: float, step_ms: float) -> int:
+    """Records/s of the main process alone, of ``count`` loading threads (in this process, then in
+    one loading process) and of ``count`` workers, each batch followed by a ``step_ms`` step."""
     from torch.utils.data import DataLoader
 
-    modes = {  # name: (threads, workers)
-        "main process alone (threads=0)": (0, 0),
-        f"threads={count}": (count, 0),
-        f"DataLoader(num_workers={count})": (0, count),
+    main = "main process alone (threads=0)"
+    modes = {  # name: (threads, process, workers)
+        main: (0, False, 0),
+        f"threads={count}": (count, False, 0),
+        f"threads={count}, process=True": (count, True, 0),
+        f"DataLoader(num_workers={count})": (0, False, count),
+    }
+    advice = {
+        main: "the default (DataLoader(dataset, batch_size=None))",
+        f"threads={count}": f"TFRecordDataset(..., threads={count}), DataLoader(dataset, batch_size=None)",
+        f"threads={count}, process=True": f"TFRecordDataset(..., threads={count}, process=True), "
+        "DataLoader(dataset, batch_size=None)",
+        f"DataLoader(num_workers={count})": f"DataLoader(dataset, batch_size=None, num_workers={count}, "
+        "persistent_workers=True)",
     }
     rates = {}
-    for name, (threads, workers) in modes.items():
-        dataset = make(threads)
+    for name, (threads, process, workers) in modes.items():
+        dataset = make(threads, process)
         start = time.monotonic()
         # (workers that stay up between epochs, as a training run keeps them)
         loader = DataLoader(dataset, batch_size=None, num_workers=workers, persistent_workers=workers > 0)
-        records = _load(dataset, loader, seconds)
+        records = _load(dataset, loader, seconds, step_ms)
         rates[name] = records / (time.monotonic() - start)
-    base = rates["main process alone (threads=0)"] or 1.0
-    print(f"{'loader (no training step)':34} {'records/s':>12} {'x main process':>15}")
+    base = rates[main] or 1.0
+    step = f"a {step_ms:g} ms training step" if step_ms else "no training step"
+    print(f"{f'loader ({step})':34} {'records/s':>12} {'x main process':>15}")
     for name, rate in rates.items():
         print(f"{name:34} {rate:>12,.0f} {rate / base:>15.2f}")
     best = max(rates, key=rates.__getitem__)
-    advice = {
-        "main process alone (threads=0)": "the default (DataLoader(dataset, batch_size=None))",
-        f"threads={count}": f"TFRecordDataset(..., threads={count}), DataLoader(dataset, batch_size=None)",
-        f"DataLoader(num_workers={count})": f"DataLoader(dataset, batch_size=None, num_workers={count}, "
-        "persistent_workers=True)",
-    }[best]
-    print(
-        f"fastest here: {best}: {advice}. With a training step that holds the GIL (Python-heavy), "
-        "workers may win where threads would wait for it; see the performance guide."
-    )
+    if step_ms:
+        caveat = "Measured with a step holding the GIL for the time given (--step-ms)."
+    else:
+        caveat = (
+            "With a training step that holds the GIL (Python-heavy), the loading process or workers "
+            "may win where threads would wait for it: measure with --step-ms; see the performance guide."
+        )
+    print(f"fastest here: {best}: {advice[best]}. {caveat}")
     return 0
