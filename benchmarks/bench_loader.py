@@ -13,17 +13,21 @@ through ``DataLoader(batch_size=None)``, construction included (the package impo
 
 Each pass runs in a fresh process (one per mode and round, the modes' order turning round by
 round): wall seconds, the CPU seconds of the process and its workers, and the peak of their
-resident memory added up (RSS, and PSS: a forked worker's pages shared with its parent counted
-once), sampled every 20 ms from /proc. ``--steps`` adds a simulated training step that holds
-the GIL for X ms a batch (a pure-Python loop, as a Python-heavy step does), X = 0, the main
-process's own time per batch (measured in the first round), and twice it; the table then also
-says what share of the pass the trainer spent in its steps (1.00: loading hidden entirely).
+resident memory (every 20 ms, the peaks so far of the processes alive then, VmHWM in
+/proc/PID/status, added up; a forked worker's pages shared with its parent count in both).
+``--steps`` adds a simulated training step that holds the GIL for X ms a batch (a pure-Python
+loop, as a Python-heavy step does), X = 0, the main process's own time per batch (measured in
+the first round), and twice it; the table then also says what share of the pass the trainer
+spent in its steps (1.00: loading hidden entirely).
 Medians over ``--repeats`` rounds after one warm-up round; ratios to the main process alone and
 to 2 workers, in the same run.
 
     python benchmarks/bench_loader.py [--dir DIR] [--repeats 3] [--steps] [--shards 4]
 
 (``--shards 1``: the first of the 4 shards only, a quick check that every mode runs.)
+``--epochs K``: K epochs a pass (``set_epoch`` each; workers persistent, as a training run keeps
+them): the rate a training run of many epochs meets, which a first pass's start-up (the process's
+first batches, page mappings, workers starting) weighs on less.
 
 ``--per-batch`` prints instead the CPU and wall milliseconds per batch of ``threads=0, 1, 2`` in
 this one process, passes alternating (no process start-up, no workers): what the threads cost in
@@ -57,9 +61,9 @@ MODES = {  # name: (num_workers, threads, process)
 }
 MAIN, TWO_WORKERS = "main process alone (threads=0)", "DataLoader(num_workers=2)"
 
-# One pass in a fresh process: argv = kind, paths (JSON), workers, threads, step ms, here, process.
+# One pass in a fresh process: argv = kind, paths (JSON), workers, threads, step ms, here, process, epochs.
 _PASS = """
-import json, os, resource, sys, threading, time
+import gc, json, os, resource, sys, threading, time
 import torch
 from torch.utils.data import DataLoader
 import torch_tfrecord as tt
@@ -70,7 +74,7 @@ kind, paths, workers, threads, step_ms = sys.argv[1], json.loads(sys.argv[2]), *
 # The package's modules are imported on first use: once per process, before the clock (a user
 # pays it once; where .pyc files are not written, it was most of a pass of 80,000 small records).
 tt.TFRecordDataset
-peak = {"rss": 0, "pss": 0}
+peak = {"rss": 0}  # kB
 done = threading.Event()
 
 def tree():
@@ -85,19 +89,25 @@ def tree():
         at += 1
     return pids
 
+def sample_once():
+    # /proc/PID/status's VmHWM: the kernel's own peak of the process's resident memory (60 us to
+    # read; smaps_rollup, which PSS needs, took 15 ms for a process with torch: every 20 ms, for
+    # three processes, that was a core of this 2-core machine taken from the modes measured).
+    # The live processes' peaks added up (a loading process per epoch: only the one alive).
+    total = 0
+    for pid in tree():
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    peak["rss"] = max(peak["rss"], total)
+
 def sample():
     while not done.wait(0.02):
-        rss = pss = 0
-        for pid in tree():
-            try:
-                with open(f"/proc/{pid}/smaps_rollup") as f:
-                    for line in f:
-                        if line.startswith(("Rss:", "Pss:")):
-                            value = int(line.split()[1])
-                            rss, pss = (rss + value, pss) if line[0] == "R" else (rss, pss + value)
-            except OSError:
-                pass
-        peak["rss"], peak["pss"] = max(peak["rss"], rss), max(peak["pss"], pss)
+        sample_once()
 
 sampler = threading.Thread(target=sample, daemon=True)
 sampler.start()
@@ -105,41 +115,51 @@ start, cpu = time.perf_counter(), time.process_time()
 ds = tt.TFRecordDataset(paths, spec=VS_TF_SPECS[kind], batch_size=256, shuffle="global",
                         drop_last=False, threads=int(threads), process=sys.argv[7] == "1")
 n = 0
-for batch in DataLoader(ds, batch_size=None, num_workers=int(workers)):
-    n += len(batch["label"])
-    if step_ms:  # a training step holding the GIL (but for the interpreter's switch interval)
-        until = time.perf_counter() + step_ms / 1000
-        while time.perf_counter() < until:
-            pass
+# (several epochs: workers kept up between them, as a training run keeps them)
+loader = DataLoader(ds, batch_size=None, num_workers=int(workers), persistent_workers=workers > 0)
+for epoch in range(int(sys.argv[8])):
+    ds.set_epoch(epoch)
+    for batch in loader:
+        n += len(batch["label"])
+        if step_ms:  # a training step holding the GIL (but for the interpreter's switch interval)
+            until = time.perf_counter() + step_ms / 1000
+            while time.perf_counter() < until:
+                pass
 seconds = time.perf_counter() - start
 done.set()
 sampler.join()
+sample_once()  # (the persistent workers, still up)
+del loader  # its workers end, so that their CPU is counted below
+gc.collect()
 children = resource.getrusage(resource.RUSAGE_CHILDREN)
 print(json.dumps({"records": n, "seconds": seconds, "cpu": time.process_time() - cpu
-                  + children.ru_utime + children.ru_stime, "rss_kb": peak["rss"], "pss_kb": peak["pss"]}))
+                  + children.ru_utime + children.ru_stime, "rss_kb": peak["rss"]}))
 """
 
 
 def one_pass(
-    kind: str, paths: list[str], workers: int, threads: int, process: int, step_ms: float
+    kind: str, paths: list[str], workers: int, threads: int, process: int, step_ms: float, epochs: int = 1
 ) -> dict[str, Any]:
     here = os.path.dirname(os.path.abspath(__file__))
     numbers = map(str, (workers, threads, step_ms))
     done = subprocess.run(
-        [sys.executable, "-c", _PASS, kind, json.dumps(paths), *numbers, here, str(process)],
+        [sys.executable, "-c", _PASS, kind, json.dumps(paths), *numbers, here, str(process), str(epochs)],
         capture_output=True, text=True, check=True, timeout=600,
     )  # fmt: skip
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def measure(kind: str, paths: list[str], step_ms: float, repeats: int) -> dict[str, dict[str, float]]:
-    """Medians of each mode over ``repeats`` rounds (after a warm-up round), modes turning round by round."""
+def measure(
+    kind: str, paths: list[str], step_ms: float, repeats: int, epochs: int = 1
+) -> dict[str, dict[str, float]]:
+    """Medians of each mode over ``repeats`` rounds (after a warm-up round), modes turning round by
+    round; each pass ``epochs`` epochs."""
     names = list(MODES)
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for round_ in range(repeats + 1):
         order = names[round_ % len(names) :] + names[: round_ % len(names)]
         for name in order:
-            result = one_pass(kind, paths, *MODES[name], step_ms)
+            result = one_pass(kind, paths, *MODES[name], step_ms, epochs)
             if round_:
                 runs[name].append(result)
     return {
@@ -153,17 +173,17 @@ def _loadavg() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]]) -> None:
+def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]], epochs: int = 1) -> None:
     main, two = medians[MAIN], medians[TWO_WORKERS]
     rate = {name: m["records"] / m["seconds"] for name, m in medians.items()}
-    print(f"\n{kind}, step {step_ms:.2f} ms a batch holding the GIL (load average {_loadavg()})")
+    passes = f"{epochs} epochs a pass, " if epochs > 1 else ""
+    print(f"\n{kind}, {passes}step {step_ms:.2f} ms a batch holding the GIL (load average {_loadavg()})")
     header = f"{'mode':32} {'records/s':>10} {'x main':>7} {'x 2 wkrs':>8} {'cpu s':>6} {'RSS MB':>7}"
-    print(header + f" {'PSS MB':>7}" + (f" {'step share':>10}" if step_ms else ""))
+    print(header + (f" {'step share':>10}" if step_ms else ""))
     for name, m in medians.items():
         line = (
             f"{name:32} {rate[name]:>10,.0f} {rate[name] / rate[MAIN]:>7.2f} "
-            f"{rate[name] / rate[TWO_WORKERS]:>8.2f} {m['cpu']:>6.2f} {m['rss_kb'] / 1024:>7.0f} "
-            f"{m['pss_kb'] / 1024:>7.0f}"
+            f"{rate[name] / rate[TWO_WORKERS]:>8.2f} {m['cpu']:>6.2f} {m['rss_kb'] / 1024:>7.0f}"
         )
         if step_ms:  # the trainer's share of the pass in its steps
             line += f" {(m['records'] / BATCH) * step_ms / 1000 / m['seconds']:>10.2f}"
@@ -220,6 +240,7 @@ def main() -> None:
     parser.add_argument("--kinds", default="35B,4KB", help="the data sets, of 35B and 4KB")
     parser.add_argument("--per-batch", action="store_true", help="CPU and wall per batch in one process")
     parser.add_argument("--shards", type=int, default=4, help="read the first SHARDS of the 4 shards")
+    parser.add_argument("--epochs", type=int, default=1, help="epochs a pass (default: 1)")
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="tt-bench-")
     os.makedirs(directory, exist_ok=True)
@@ -229,12 +250,13 @@ def main() -> None:
         if args.per_batch:
             per_batch(kind, paths, args.repeats)
             continue
-        medians = measure(kind, paths, 0.0, args.repeats)
-        print_table(kind, 0.0, medians)
+        medians = measure(kind, paths, 0.0, args.repeats, args.epochs)
+        print_table(kind, 0.0, medians, args.epochs)
         if args.steps:
             main_ms = 1000 * medians[MAIN]["seconds"] / (medians[MAIN]["records"] / BATCH)
             for step_ms in (main_ms, 2 * main_ms):
-                print_table(kind, step_ms, measure(kind, paths, step_ms, args.repeats))
+                found = measure(kind, paths, step_ms, args.repeats, args.epochs)
+                print_table(kind, step_ms, found, args.epochs)
 
 
 if __name__ == "__main__":
