@@ -326,6 +326,8 @@ typedef struct {
     const char *map;      /* the file's mapping, or NULL */
     int64_t limit;        /* no record may end past this: the file's size, its mapping's, its size now */
 } ShardView;
+/* (each shard's descriptor is copied beside its view too, into the array copy_regions reads:
+ * another thread may mark the pool's entry closed, -1, while this batch reads from the file) */
 
 /* The batch's records in id order (file order), each region's shard and its record's place in
  * the shard (in `offset`, until locate_regions), and the shards read, each once, in that order.
@@ -334,9 +336,10 @@ static int order_regions(const int64_t *id, Py_ssize_t n, const int64_t *bound, 
                          Region *regions, Py_ssize_t *used, Py_ssize_t *nused) {
     int sorted = 1;
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (id[i] < 0 || id[i] >= bound[nshards]) return 0;
-        if (i && id[i] < id[i - 1]) sorted = 0;
-        keys[i] = (IdPlace){id[i], i};
+        int64_t record = id[i]; /* read once: the array is the caller's, and the GIL is let go */
+        if (record < 0 || record >= bound[nshards]) return 0;
+        if (i && record < keys[i - 1].id) sorted = 0;
+        keys[i] = (IdPlace){record, i};
     }
     /* (id, place) pairs sorted in place of qsort over the 40-byte regions through a comparison
      * callback, which took ~14 us of a shuffled batch of 256 */
@@ -361,19 +364,26 @@ static int order_regions(const int64_t *id, Py_ssize_t n, const int64_t *bound, 
 }
 
 /* Each region's file offset, framed size and mapping, from its shard's view (order_regions'
- * order); the bytes of the preads' layout (gaps of at most `gap` read through), the records' own
- * bytes, and the number of runs. Without the GIL. 0: a record lies past its file's limit. */
+ * order), its shard renumbered as the view's place (the descriptors copy_regions then reads are
+ * the views'); the bytes of the preads' layout (gaps of at most `gap` read through), the records'
+ * own bytes, and the number of runs. Without the GIL. 0: a record lies past its file's limit. */
 static int locate_regions(Region *regions, Py_ssize_t n, const ShardView *views, int64_t gap, int64_t *total,
                           int64_t *needed, Py_ssize_t *runs) {
-    const ShardView *view = views - 1;
+    Py_ssize_t j = -1; /* the view of regions[k]'s shard */
+    int64_t shard = -1;
     *total = *needed = 0;
     *runs = 0;
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (!k || regions[k].shard != regions[k - 1].shard) view++;
+        if (regions[k].shard != shard) {
+            shard = regions[k].shard;
+            j++;
+        }
+        const ShardView *view = &views[j];
         const int64_t *entry = view->table + 2 * regions[k].offset;
         if (entry[0] < 0 || entry[1] < 0 || entry[1] > view->limit || entry[0] > view->limit - entry[1]) return 0;
         regions[k].offset = entry[0];
         regions[k].size = entry[1];
+        regions[k].shard = j;
         regions[k].map = view->map;
         *total += entry[1];
         *needed += entry[1];
@@ -414,6 +424,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
     IdPlace *keys = NULL;
     Py_ssize_t *used = NULL; /* the shards read, in order */
     ShardView *views = NULL;
+    int64_t *used_fds = NULL; /* their descriptors, as they were when the views were taken */
     int64_t *dest = NULL; /* each record's place in `out` when all are copied from mappings */
     PyObject *result = NULL;
     GatherStatus status = GATHER_DONE;
@@ -440,9 +451,10 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
     keys = malloc(count * sizeof(IdPlace));
     used = malloc(count * sizeof(Py_ssize_t));
     views = malloc(count * sizeof(ShardView));
+    used_fds = malloc(count * sizeof(int64_t));
     held = calloc(2 * count, sizeof(Py_buffer));
     dest = malloc(count * sizeof(int64_t));
-    if (!regions || !keys || !used || !views || !held || !dest) {
+    if (!regions || !keys || !used || !views || !used_fds || !held || !dest) {
         PyErr_NoMemory();
         goto done;
     }
@@ -471,6 +483,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
             goto done;
         }
         views[j] = (ShardView){table->buf, NULL, file_size[shard]};
+        used_fds[j] = fd[shard];
         PyObject *mapping = PyList_GET_ITEM(maps, shard);
         if (mapping != Py_None) {
             Py_buffer *map = &held[nheld];
@@ -510,7 +523,7 @@ static PyObject *py_gather(PyObject *self, PyObject *args) {
         int all_mapped = any_mapped;
         for (Py_ssize_t k = 0; k < n && all_mapped; k++) all_mapped = regions[k].map != NULL;
         if (all_mapped) total = batch_order(regions, n, dest); /* needed <= total, which out holds */
-        failed = copy_guarded(regions, n, fd, (char *)out.buf, starts_out.buf, sizes_out.buf, gap,
+        failed = copy_guarded(regions, n, used_fds, (char *)out.buf, starts_out.buf, sizes_out.buf, gap,
                               all_mapped ? dest : NULL);
     }
     Py_END_ALLOW_THREADS
@@ -523,6 +536,7 @@ done:
     free(keys);
     free(used);
     free(views);
+    free(used_fds);
     free(dest);
     for (Py_ssize_t h = 0; h < nheld; h++) PyBuffer_Release(&held[h]);
     free(held);
