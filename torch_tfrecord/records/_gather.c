@@ -320,14 +320,13 @@ static int copy_guarded(const Region *regions, Py_ssize_t n, const int64_t *fd, 
 }
 
 /* What gather reads of one shard of the batch: taken from the Python objects with the GIL, used
- * without it. */
+ * without it. The shard's descriptor is copied too, beside the views (into the array that
+ * copy_regions reads): another thread may mark the pool's entry closed, -1, during the read. */
 typedef struct {
     const int64_t *table; /* (offset, framed size) of each of the shard's records */
     const char *map;      /* the file's mapping, or NULL */
     int64_t limit;        /* no record may end past this: the file's size, its mapping's, its size now */
 } ShardView;
-/* (each shard's descriptor is copied beside its view too, into the array copy_regions reads:
- * another thread may mark the pool's entry closed, -1, while this batch reads from the file) */
 
 /* The batch's records in id order (file order), each region's shard and its record's place in
  * the shard (in `offset`, until locate_regions), and the shards read, each once, in that order.
