@@ -98,3 +98,13 @@ def fast_retries() -> Iterator[None]:
     previous = remote.set_retry_policy(remote.RetryPolicy(attempts=4, initial_delay=0.01, max_delay=0.05))
     yield
     remote.set_retry_policy(previous)
+
+
+@pytest.fixture
+def no_hedges() -> Iterator[None]:
+    """No hedged remote reads, for tests that count the bytes a server sent: on a loaded machine a
+    request may pass its size class's running p95 and be sent twice, its bytes counted twice
+    (tests/test_remote_faults.py has the hedges)."""
+    previous = remote.set_read_policy(remote.ReadPolicy(hedge=False))
+    yield
+    remote.set_read_policy(previous)

@@ -38,7 +38,6 @@ from torch_tfrecord.data.order.schedule import shard_uses
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.remote import cache as cache_module
 from torch_tfrecord.records.remote import cache_entries as cache_entries_module
-from torch_tfrecord.records.remote import deadlines
 from torch_tfrecord.records.remote.cache import ShardCache, cache_key, parse_size
 from torch_tfrecord.records.remote.cache_dir import read_small
 from torch_tfrecord.records.remote.cached import CachedFile, download, file_version
@@ -51,7 +50,8 @@ SPEC = {"id": tt.FixedLen((), torch.int64), "blob": tt.FixedLen((), bytes)}
 N = 2000
 SHARD = 250  # records per shard: 8 shards of ~260 KB
 
-pytestmark = pytest.mark.usefixtures("fast_retries")  # conftest: retries in milliseconds
+# conftest: retries in milliseconds; no hedged reads, since these tests count the bytes fetched
+pytestmark = pytest.mark.usefixtures("fast_retries", "no_hedges")
 
 
 def _records(salt: int = 0) -> Iterator[dict[str, Any]]:
@@ -462,9 +462,6 @@ def test_downloads_ahead_start_a_bounded_number_at_a_time(
     from torch_tfrecord.records.shards import pool as shard_pool
 
     monkeypatch.setattr(shard_pool, "FETCHES_STARTED", 6)
-    # The pool's fetches are counted here, so no hedged request (test_remote_faults.py has those):
-    # on a loaded machine some of these 50 ms requests pass their running p95 and are sent twice.
-    monkeypatch.setattr(deadlines, "_policy", remote.ReadPolicy(hedge=False))
     folder = tmp_path / "served"
     folder.mkdir()
     for i in range(40):

@@ -23,6 +23,10 @@ from torch_tfrecord.records import remote
 from torch_tfrecord.records.manifest import decode_manifest, read_manifest
 from torch_tfrecord.records.shards import manifest_shards as manifest_files_module
 
+# conftest: no hedged reads, since tests here count the requests a listing and its shards cost (a
+# hedged copy is one more)
+pytestmark = pytest.mark.usefixtures("no_hedges")
+
 SPEC = {"id": tt.FixedLen((), torch.int64)}
 
 

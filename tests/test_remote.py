@@ -29,7 +29,6 @@ from torch.utils.data import DataLoader
 import torch_tfrecord as tt
 from torch_tfrecord.records import remote
 from torch_tfrecord.records.listing import expand_sources
-from torch_tfrecord.records.remote import deadlines
 from torch_tfrecord.support.extras import install_hint
 
 pytest.importorskip("fsspec")
@@ -44,7 +43,10 @@ SPEC = {
 }
 N = 700
 
-pytestmark = pytest.mark.usefixtures("fast_retries")  # conftest: retries in milliseconds
+# conftest: retries in milliseconds; no hedged reads, since tests here count requests and retries
+# (a hedged copy is a request more, and one that meets a fault while its first copy answers needs no
+# retry: tests/test_remote_faults.py has the hedges)
+pytestmark = pytest.mark.usefixtures("fast_retries", "no_hedges")
 
 
 def _records() -> Iterator[dict[str, Any]]:
@@ -437,11 +439,7 @@ def test_s3_faults_are_retried_logged_and_the_data_is_right(
     local_shards: str,
     s3_without_own_retries: None,
     caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Retries are what is counted here: a hedged copy that meets the 503 while its first copy
-    # answers needs no retry (tests/test_remote_faults.py has the hedges through faults).
-    monkeypatch.setattr(deadlines, "_policy", remote.ReadPolicy(hedge=False))
     endpoint, _ = s3
     local = _epoch(tt.TFRecordDataset(local_shards, spec=SPEC, seed=2, batch_size=50), workers=0)
     with (

@@ -367,6 +367,7 @@ def _shard_bytes(by_path: dict[str, int]) -> int:
 
 
 @pytest.mark.usefixtures("fast_retries")
+@pytest.mark.usefixtures("no_hedges")  # conftest: the bytes are counted
 @pytest.mark.parametrize("cache_dir", [None, False])
 def test_a_one_percent_selection_of_remote_shards_fetches_about_one_percent(
     s3: tuple[str, int], cache_dir: Any
@@ -400,7 +401,7 @@ def test_a_one_percent_selection_of_remote_shards_fetches_about_one_percent(
     assert fetched <= 0.02 * data, (fetched, data)
 
 
-@pytest.mark.usefixtures("fast_retries")
+@pytest.mark.usefixtures("fast_retries", "no_hedges")
 def test_a_whole_shard_selection_is_cached_whole_and_nothing_else_is_fetched(s3: tuple[str, int]) -> None:
     from remote_servers import FaultProxy, s3_options
 
