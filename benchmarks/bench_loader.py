@@ -31,7 +31,9 @@ first batches, page mappings, workers starting) weighs on less.
 
 ``--per-batch`` prints instead the CPU and wall milliseconds per batch of ``threads=0, 1, 2`` in
 this one process, passes alternating (no process start-up, no workers): what the threads cost in
-CPU, which a machine loaded by others disturbs less than wall time.
+CPU, which a machine loaded by others disturbs less than wall time; ``loop cpu`` is the CPU of the
+thread iterating (the training loop's), through ``DataLoader(batch_size=None)`` and iterating the
+dataset itself (the DataLoader's own ``__next__`` costs the loop's thread CPU and the GIL).
 
     python benchmarks/bench_loader.py --per-batch [--repeats 3] [--dir DIR]
 """
@@ -203,33 +205,39 @@ def print_table(kind: str, step_ms: float, medians: dict[str, dict[str, float]],
 
 
 def per_batch(kind: str, paths: list[str], repeats: int) -> None:
-    """CPU and wall ms per batch of threads=0, 1, 2 in this process, passes alternating."""
+    """CPU and wall ms per batch of threads=0, 1, 2 in this process, passes alternating: through
+    ``DataLoader(batch_size=None)`` and iterating the dataset itself."""
     import torch
     from torch.utils.data import DataLoader
 
     import torch_tfrecord as tt
 
     torch.set_num_threads(1)
-    found: dict[int, list[tuple[float, float, int]]] = {0: [], 1: [], 2: []}
+    modes = [(wrapped, threads) for wrapped in (True, False) for threads in (0, 1, 2)]
+    found: dict[tuple[bool, int], list[tuple[float, float, float, int]]] = {mode: [] for mode in modes}
     for round_ in range(repeats + 1):
-        for threads in found:
+        for wrapped, threads in modes:
             dataset = tt.TFRecordDataset(
                 paths, spec=VS_TF_SPECS[kind], batch_size=BATCH, shuffle="global", drop_last=False,
                 threads=threads,
             )  # fmt: skip
-            cpu, wall = time.process_time(), time.perf_counter()
-            records = count(DataLoader(dataset, batch_size=None))
+            batches = DataLoader(dataset, batch_size=None) if wrapped else dataset
+            cpu, loop, wall = time.process_time(), time.thread_time(), time.perf_counter()
+            records = count(batches)
             if round_:  # (the first round warms up)
-                found[threads].append((time.process_time() - cpu, time.perf_counter() - wall, records))
+                took = time.process_time() - cpu, time.thread_time() - loop, time.perf_counter() - wall
+                found[wrapped, threads].append((*took, records))
     print(f"\n{kind}, in one process (load average {_loadavg()})")
-    print(f"{'mode':12} {'cpu ms/batch':>13} {'wall ms/batch':>14} {'x threads=0 (wall)':>19}")
-    walls = {}
-    for threads, runs in found.items():
-        batches = runs[0][2] / BATCH
-        cpu = 1000 * statistics.median(run[0] for run in runs) / batches
-        walls[threads] = 1000 * statistics.median(run[1] for run in runs) / batches
-        ratio = walls[0] / walls[threads]
-        print(f"{f'threads={threads}':12} {cpu:>13.3f} {walls[threads]:>14.3f} {ratio:>19.2f}")
+    print(f"{'mode':34} {'cpu ms/batch':>13} {'loop cpu ms':>12} {'wall ms/batch':>14} {'x threads=0':>12}")
+    walls: dict[tuple[bool, int], float] = {}
+    for (wrapped, threads), runs in found.items():
+        batches = runs[0][3] / BATCH
+        cpu, loop, walls[wrapped, threads] = (
+            1000 * statistics.median(run[i] for run in runs) / batches for i in range(3)
+        )
+        ratio = walls[wrapped, 0] / walls[wrapped, threads]
+        name = f"threads={threads}, " + ("DataLoader(batch_size=None)" if wrapped else "the dataset itself")
+        print(f"{name:34} {cpu:>13.3f} {loop:>12.3f} {walls[wrapped, threads]:>14.3f} {ratio:>12.2f}")
 
 
 def main() -> None:
