@@ -137,6 +137,30 @@ def test_batches_in_runs_are_those_of_one_by_one_and_resume_where_the_loop_was(
     assert first + ids(resumed) == ids(again)
 
 
+@pytest.mark.parametrize("mode", [{"prefetch": 3}, {"threads": 2}])
+def test_runs_are_cut_from_blocks_of_several_runs_so_few_are_cut_short(
+    id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch, mode: dict[str, Any]
+) -> None:
+    """A run does not span two of the plan's blocks of ids: with blocks of one run's most (16
+    batches) a pace of 13 made runs of 13 and 3, each short run a whole run's Python. The blocks
+    are of 4 runs' most: 13, 13, 13, 13, 12 from each, the same batches."""
+    paths = id_shards([200, 150, 90])  # 110 batches of 4: blocks of 64 and 46
+    lengths: list[int] = []
+
+    def spied(tasks: Any, pace: Any, *rest: Any) -> Any:
+        lengths.append(len(tasks))
+        return run_of(tasks, pace, *rest)
+
+    monkeypatch.setattr(driver, "run_of", spied)
+    monkeypatch.setattr(Pace, "run", lambda self: 13)
+    one_by_one = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, prefetch=0)
+    expected = [batch["_record_id"].tolist() for batch in one_by_one]
+    lengths.clear()  # (tasks of one batch: no pace with neither threads nor prefetch)
+    in_runs = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, **mode)
+    assert [batch["_record_id"].tolist() for batch in in_runs] == expected
+    assert lengths == [13, 13, 13, 13, 12, 13, 13, 13, 7]
+
+
 def test_workers_ignore_prefetch_and_threads_and_give_the_same_batches(
     id_shards: Callable[..., list[Path]],
 ) -> None:

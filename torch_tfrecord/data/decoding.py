@@ -54,6 +54,7 @@ _SCRATCHES = 8  # read buffers kept at most (one per loading thread)
 _TYPE_SAMPLE = 256  # records read at construction to type the keys of spec=None
 PADDING_KEY = "_padding"
 """Key of the flag marking a sample that repeats a record (padding, or a stand-in for a bad one)."""
+_ARRAY, _OWNED, _ROWS = 0, 1, 2  # how BatchDecoder.batches cuts a column: a NumPy copy, a clone, rows
 
 
 class BatchDecoder:
@@ -121,8 +122,9 @@ class BatchDecoder:
         for key, column in batch.items():
             if type(column) is list:  # batch[key][~batch["_padding"]] keeps rows, as for tensors
                 batch[key] = RowList(column)
-        batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids))
-        batch[PADDING_KEY] = torch.from_numpy(padding)
+        # (copied: the ids and flags may be views of the epoch plan's block; a batch holds its own)
+        batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids).copy())
+        batch[PADDING_KEY] = torch.from_numpy(padding.copy())
         return batch
 
     def batches(
@@ -136,32 +138,39 @@ class BatchDecoder:
             return None
         if native.decoder() != "native":
             return None
-        columns = self._decode_natively(np.concatenate([ids for ids, _ in parts]))
+        run_ids = np.concatenate([ids for ids, _ in parts])
+        columns = self._decode_natively(run_ids)
         if columns is None:
             return None
-        # Tensors cut as NumPy arrays: a copy there keeps the GIL, where each torch call lets it
-        # go (and, with loading threads, hands it to another thread and waits to get it back).
-        arrays = {
-            key: column.numpy()
-            for key, column in columns.items()
-            if type(column) is torch.Tensor and column.dtype is not torch.bfloat16  # (NumPy has none)
-        }
+        # Each column's way of being cut, in the columns' order. Tensors are cut as NumPy arrays:
+        # a copy there keeps the GIL, where each torch call lets it go (and, with loading threads,
+        # hands it to another thread and waits to get it back).
+        cuts: list[tuple[str, int, Any]] = []
+        for key, column in columns.items():
+            if type(column) is torch.Tensor and column.dtype is not torch.bfloat16:  # (NumPy has none)
+                cuts.append((key, _ARRAY, column.numpy()))
+            elif isinstance(column, torch.Tensor | Ragged):
+                cuts.append((key, _OWNED, column))
+            elif type(column) is list:
+                cuts.append((key, _ROWS, column))
+            else:
+                return None
+        # The run's record ids and flags, each batch's copied out: a batch holds memory of its own.
+        record_ids, flags = self.file_ids(run_ids), np.concatenate([flags for _, flags in parts])
         made: list[dict[str, Any]] = []
         at = 0
-        for ids, padding in parts:
+        for ids, _ in parts:
             stop = at + len(ids)
             batch: dict[str, Any] = {}
-            for key, column in columns.items():
-                if key in arrays:
-                    batch[key] = torch.from_numpy(arrays[key][at:stop].copy())
-                elif isinstance(column, torch.Tensor | Ragged):
+            for key, kind, column in cuts:
+                if kind == _ARRAY:
+                    batch[key] = torch.from_numpy(column[at:stop].copy())
+                elif kind == _OWNED:
                     batch[key] = _owned(column[at:stop])
-                elif type(column) is list:
-                    batch[key] = RowList(column[at:stop])
                 else:
-                    return None
-            batch[RECORD_ID_KEY] = torch.from_numpy(self.file_ids(ids))
-            batch[PADDING_KEY] = torch.from_numpy(padding)
+                    batch[key] = RowList(column[at:stop])
+            batch[RECORD_ID_KEY] = torch.from_numpy(record_ids[at:stop].copy())
+            batch[PADDING_KEY] = torch.from_numpy(flags[at:stop].copy())
             made.append(batch)
             at = stop
         return made

@@ -54,6 +54,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH = 2
 """Batches loaded ahead in the main process: enough to hide loading behind a step (see bench_overlap)."""
+_PLAN_BLOCK = 4 * MAX_RUN
+"""Batches whose ids the plan gives in one call: a run does not span two blocks, so a block of one
+run's most left a short run at each block's end (a pace of 13 batches: runs of 13 and 3), and a
+short run costs a whole run's Python (benchmarks/README.md, "Where the GIL goes")."""
 Ids = npt.NDArray[np.int64]
 Flags = npt.NDArray[np.bool_]
 
@@ -289,8 +293,9 @@ class EpochDataset(IterableDataset[Any], Observed):
         schedule = self._read_schedule(plan, epoch, workers, progress, skip)
         remaining = progress.remaining(plan.units_per_rank)
         size = plan.batch_size
-        # Batch mode: the order of a block of batches (a run's most) at once: numpy costs per call.
-        for block in workers.items(remaining, skip, block=MAX_RUN if size else reading_chunk(workers.chunk)):
+        # Batch mode: the order of a block of batches at once (numpy costs per call), cut in runs.
+        block_size = _PLAN_BLOCK if size else reading_chunk(workers.chunk)
+        for block in workers.items(remaining, skip, block=block_size):
             units = progress.units(block)
             if size:
                 ids, padding = plan.records(plan.unit_positions(units), epoch)
