@@ -142,8 +142,8 @@ def test_runs_are_cut_from_blocks_of_several_runs_so_few_are_cut_short(
     id_shards: Callable[..., list[Path]], monkeypatch: pytest.MonkeyPatch, mode: dict[str, Any]
 ) -> None:
     """A run does not span two of the plan's blocks of ids: with blocks of one run's most (16
-    batches) a pace of 13 made runs of 13 and 3, each short run a whole run's Python. The blocks
-    are of 4 runs' most: 13, 13, 13, 13, 12 from each, the same batches."""
+    batches) a pace of 13 made runs of 13 and 3, each short run a whole run's Python. Blocks of small
+    batches are of 4 runs' most: 13, 13, 13, 13, 12 from each, the same batches."""
     paths = id_shards([200, 150, 90])  # 110 batches of 4: blocks of 64 and 46
     lengths: list[int] = []
 
@@ -159,6 +159,8 @@ def test_runs_are_cut_from_blocks_of_several_runs_so_few_are_cut_short(
     in_runs = tt.TFRecordDataset(paths, spec=SPEC, batch_size=4, seed=3, **mode)
     assert [batch["_record_id"].tolist() for batch in in_runs] == expected
     assert lengths == [13, 13, 13, 13, 12, 13, 13, 13, 7]
+    # Large batches: blocks of at most 65,536 ids, but never fewer batches than a run's most.
+    assert [driver._plan_block(size) for size in (4, 256, 1024, 2048, 65_536)] == [64, 64, 64, 32, MAX_RUN]
 
 
 def test_workers_ignore_prefetch_and_threads_and_give_the_same_batches(

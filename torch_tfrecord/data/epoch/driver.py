@@ -54,10 +54,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_PREFETCH = 2
 """Batches loaded ahead in the main process: enough to hide loading behind a step (see bench_overlap)."""
-_PLAN_BLOCK = 4 * MAX_RUN
-"""Batches whose ids the plan gives in one call: a run does not span two blocks, so a block of one
-run's most left a short run at each block's end (a pace of 13 batches: runs of 13 and 3), and a
-short run costs a whole run's Python (benchmarks/README.md, "Where the GIL goes")."""
+_PLAN_IDS = 1 << 16
+"""Ids the plan gives in one call at most, beyond one run's most of batches (see :func:`_plan_block`)."""
 Ids = npt.NDArray[np.int64]
 Flags = npt.NDArray[np.bool_]
 
@@ -294,7 +292,7 @@ class EpochDataset(IterableDataset[Any], Observed):
         remaining = progress.remaining(plan.units_per_rank)
         size = plan.batch_size
         # Batch mode: the order of a block of batches at once (numpy costs per call), cut in runs.
-        block_size = _PLAN_BLOCK if size else reading_chunk(workers.chunk)
+        block_size = _plan_block(size) if size else reading_chunk(workers.chunk)
         for block in workers.items(remaining, skip, block=block_size):
             units = progress.units(block)
             if size:
@@ -420,3 +418,12 @@ class EpochDataset(IterableDataset[Any], Observed):
             self._epoch.restart_at(resume.epoch)
         self._resume = resume
         self._live = None
+
+
+def _plan_block(batch_size: int) -> int:
+    """Batches whose ids the plan gives in one call. A run does not span two blocks, so a block of
+    one run's most (:data:`MAX_RUN`) left a short run at each block's end (a pace of 13 batches:
+    runs of 13 and 3), and a short run costs a whole run's Python (benchmarks/README.md, "Where
+    the GIL goes"): 4 runs' most of small batches, no more than :data:`_PLAN_IDS` ids (large
+    batches go in runs of one or a few), and never fewer than one run's most."""
+    return max(MAX_RUN, min(4 * MAX_RUN, _PLAN_IDS // batch_size))
