@@ -134,7 +134,9 @@ class FaultProxy:
     by URL path, query left out; JSON metadata and listings left out): what a reader fetched.
     ``log`` has one entry per GET: ``(start, seconds, path, range, outcome)``, the outcome the
     status sent or the fault (``"hung"``, ``"slow"``, ``"reset"``, ``"short"``, ``"drop"``) and
-    whether the client went away first. ``GET /__counts__`` is answered by the proxy itself with
+    whether the client went away first (``", client gone"``) or the proxy stopped first (``", proxy
+    stopped"``: a slow or held answer still under way when the test left the proxy's ``with``).
+    ``GET /__counts__`` is answered by the proxy itself with
     the counts as JSON (for readers in other processes). ``backlog``: the listening socket's.
     """
 
@@ -283,7 +285,7 @@ class FaultProxy:
                     step = max(1, int(proxy.slow_rate / 20))
                     for at in range(0, len(data), step):
                         if proxy._stopping.wait(step / proxy.slow_rate):
-                            break
+                            return "slow, proxy stopped"
                         self.wfile.write(data[at : at + step])
                         self.wfile.flush()
                     return "slow"
@@ -303,7 +305,7 @@ class FaultProxy:
                         except OSError:
                             return "hung, client gone"
                         return "hung, client sent more"
-                return "hung"
+                return "hung, proxy stopped" if proxy._stopping.is_set() else "hung"
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
 

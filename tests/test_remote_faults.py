@@ -292,9 +292,13 @@ def test_faults_lose_and_repeat_nothing_within_a_bound(
     assert seconds < bound_s, (seconds, proxy.log)
     if "hang_every" in fault or "slow_every" in fault:
         # Each stalled GET was let go by the reader (its hedge answered first, or its deadline
-        # passed) long before s3fs's own 15 s read timeout.
+        # passed) long before s3fs's own 15 s read timeout. One begun in the epoch's last tenth of
+        # a second (a shard's download into the node's cache, which goes on past the epoch, or a
+        # read let go then: the proxy sees a client gone only when a write fails, a step or two
+        # later) may still be open when the proxy stops: the epoch had ended without it.
         stalled = [entry for entry in proxy.log if entry[4].startswith(("hung", "slow"))]
-        assert stalled and all(entry[1] < 5.0 and "gone" in entry[4] for entry in stalled), stalled
+        let_go = [entry for entry in stalled if "gone" in entry[4] or entry[4].endswith("proxy stopped")]
+        assert stalled and let_go == stalled and all(entry[1] < 5.0 for entry in stalled), stalled
 
 
 @LOADERS
